@@ -1,0 +1,33 @@
+# Attention from Scratch: `make book` and `make test` are all a newcomer needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+# nbgrader shells out to alembic and jupyter: the venv's bin must come first on PATH.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: venv book notebooks test lint clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m pip install --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv from requirements.txt
+
+book: $(STAMP)  ## build the book into _build/html
+	$(BIN)/jupyter-book build .
+
+notebooks: $(STAMP)  ## regenerate the student notebooks in notebooks/ from autograder/source/
+	$(BIN)/python -m autograder release
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build, leak scan, nbval
+	$(BIN)/python -m pytest tests book --nbval-lax
+
+clean:
+	rm -rf _build

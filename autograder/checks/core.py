@@ -1,0 +1,319 @@
+"""The machinery behind every hidden test: ``run_check(check_id, student_object)``.
+
+A check has two halves:
+
+- ``probe(student)`` runs the learner's code on inputs built from fixed seeds
+  and returns *observations*: plain data (tensors detached to the base class,
+  numbers, strings, booleans), never the learner's own objects;
+- ``judge(observations)`` rebuilds the same inputs, runs the reference from
+  :mod:`solutions`, and raises :class:`Mistake` (an ``AssertionError``) whose
+  message names the learner's likely mistake.
+
+Today both halves run in the notebook's kernel, one after the other. Because
+the judge sees only plain data, it can move to a separate, trusted process
+without rewriting a single test cell.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.overrides import TorchFunctionMode
+
+Observations = dict[str, Any]
+
+
+class Mistake(AssertionError):
+    """A hidden check failed; the message says what is wrong and what to look at."""
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    probe: Callable[[Any], Observations]
+    judge: Callable[[Observations], None]
+
+
+_REGISTRY: dict[str, Check] = {}
+
+
+def register(check_id: str, probe: Callable[[Any], Observations], judge: Callable[[Observations], None]) -> None:
+    if check_id in _REGISTRY:
+        raise ValueError(f"check {check_id!r} is registered twice")
+    _REGISTRY[check_id] = Check(check_id, probe, judge)
+
+
+def get(check_id: str) -> Check:
+    _load_all()
+    try:
+        return _REGISTRY[check_id]
+    except KeyError:
+        raise KeyError(f"no hidden check called {check_id!r}; known: {sorted(_REGISTRY)}") from None
+
+
+def ids() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def _load_all() -> None:
+    from autograder.checks import self_attention  # noqa: F401  (registers on import)
+
+
+def run_check(check_id: str, student: Any) -> None:
+    """Probe ``student`` and judge the observations; raise :class:`Mistake` on failure.
+
+    Warnings raised by the learner's code are silenced: nbgrader counts any
+    stderr output in a test cell as a failure, and a correct answer that
+    triggers a library warning must keep its points.
+    """
+    check = get(check_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        observations = check.probe(student)
+        check.judge(observations)
+
+
+# ---------------------------------------------------------------- observing
+
+def seeded(*shape: int, seed: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> Tensor:
+    """A standard-normal tensor of ``shape`` times ``scale``, reproducible from ``seed``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
+
+
+def seeded_mask(*shape: int, seed: int, p: float = 0.6) -> Tensor:
+    """A boolean mask with ``True`` (may attend) with probability ``p``."""
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) < p
+
+
+def plain(x: Any) -> Any:
+    """What a probe may keep of a learner's value: plain tensors, numbers, strings, tuples of them.
+
+    A tensor is detached, copied and stripped of any subclass; anything else
+    that is not a simple value is kept only as its type name.
+    """
+    if isinstance(x, Tensor):
+        return x.detach().as_subclass(Tensor).clone()
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    if isinstance(x, (tuple, list)):
+        return tuple(plain(item) for item in x)
+    return f"<{type(x).__name__}>"
+
+
+@dataclass(frozen=True)
+class Raised:
+    """A probe's record that the learner's code raised instead of returning."""
+
+    type: str
+    message: str
+
+    def describe(self) -> str:
+        if self.type == "NotImplementedError":
+            return "raised NotImplementedError — replace `raise NotImplementedError()` with your code"
+        return f"raised {self.type}: {self.message}"
+
+
+def attempt(call: Callable[[], Any]) -> Any:
+    """``plain(call())``, or a :class:`Raised` record if the learner's code raised."""
+    try:
+        return plain(call())
+    except Exception as err:  # the judge decides what a crash means
+        return Raised(type(err).__name__, str(err))
+
+
+class _CallRecorder(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.names.add(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def recording_torch_calls() -> Iterator[set[str]]:
+    """Record the name of every torch function called inside the block, however it was imported."""
+    recorder = _CallRecorder()
+    with recorder:
+        yield recorder.names
+
+
+def observe_contract(call: Callable[..., Any], inputs: dict[str, Tensor], seed: int) -> Observations:
+    """Observe what a contract check needs of ``call(**inputs)``, on float64 inputs.
+
+    First a plain call on copies: which inputs it modified in place. Then a call
+    on copies that require gradients: the first output (``out``), its dtype,
+    the torch functions called, and the gradient of ``<out, g>`` for a seeded
+    ``g`` with respect to each floating input (``None`` where none arrived).
+    """
+    copies = {name: t.clone() for name, t in inputs.items()}
+    first = attempt(lambda: call(**copies))
+    obs: Observations = {
+        "modified": sorted(name for name, t in copies.items() if not torch.equal(t, inputs[name])),
+        "raised": first if isinstance(first, Raised) else None,
+    }
+    leaves = {
+        name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
+        for name, t in inputs.items()
+    }
+    grads: dict[str, Any] = {name: None for name, t in leaves.items() if t.is_floating_point()}
+    obs.update(out=None, out_dtype=None, requires_grad=False, called=[], grads=grads)
+    if obs["raised"] is not None:
+        return obs
+    try:
+        with recording_torch_calls() as called:
+            result = call(**leaves)
+        out = result[0] if isinstance(result, (tuple, list)) else result
+        obs.update(
+            out=plain(out),
+            out_dtype=str(out.dtype) if isinstance(out, Tensor) else None,
+            called=sorted(called),
+            requires_grad=bool(isinstance(out, Tensor) and out.requires_grad),
+        )
+        if obs["requires_grad"]:
+            cotangent = seeded(*out.shape, seed=seed, dtype=out.dtype)
+            found = torch.autograd.grad((out * cotangent).sum(), [leaves[n] for n in grads], allow_unused=True)
+            obs["grads"] = {name: plain(g) for name, g in zip(grads, found)}
+    except Exception as err:
+        obs["raised"] = Raised(type(err).__name__, str(err))
+    return obs
+
+
+# ---------------------------------------------------------------- judging
+
+@dataclass(frozen=True)
+class Suspect:
+    """A likely mistake: ``produce()`` computes what that mistake would return on the same inputs."""
+
+    message: str
+    produce: Callable[[], Tensor]
+
+
+def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    return torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True)
+
+
+def _matching_suspect(actual: Tensor, suspects: Iterable[Suspect], atol: float, rtol: float) -> Suspect | None:
+    for suspect in suspects:
+        try:
+            candidate = suspect.produce()
+        except Exception:  # a mistake that would crash on these inputs cannot be what happened
+            continue
+        if isinstance(candidate, Tensor) and _close(actual, candidate.detach(), atol, rtol):
+            return suspect
+    return None
+
+
+def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
+    """Judge ``(observation, judge)`` pairs: the cases that ran first, then report the first crash.
+
+    A mistake that crashes on one shape but runs on another is then named from
+    the case where it ran, rather than reported as a bare exception.
+    """
+    pairs = list(pairs)
+    for observed, judge in pairs:
+        if not isinstance(observed, Raised):
+            judge(observed)
+    for observed, judge in pairs:
+        if isinstance(observed, Raised):
+            judge(observed)
+
+
+def judge_tensor(
+    actual: Any,
+    expected: Tensor,
+    what: str,
+    suspects: Iterable[Suspect] = (),
+    hint: str = "",
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Raise :class:`Mistake` unless ``actual`` matches ``expected``; name the mistake when a suspect matches."""
+    suspects = list(suspects)
+    tail = f" — {hint}" if hint else ""
+    if isinstance(actual, Raised):
+        raise Mistake(f"{what} {actual.describe()}")
+    if not isinstance(actual, Tensor):
+        extra = " — did you forget to `return` it?" if actual is None else ""
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r}{extra}")
+    if _close(actual, expected, atol, rtol):
+        return
+    suspect = _matching_suspect(actual, suspects, atol, rtol)
+    if suspect is not None:
+        raise Mistake(f"{what} is wrong: {suspect.message}")
+    if actual.shape != expected.shape:
+        raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
+    if torch.isnan(actual).any() and not torch.isnan(expected).any():
+        first = tuple(int(i) for i in torch.isnan(actual).nonzero()[0])
+        raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
+    diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs().nan_to_num(float("inf"))
+    where = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+    raise Mistake(
+        f"{what} does not match the reference: at index {where} got {actual[where].item():.6g}, "
+        f"expected {expected[where].item():.6g}{tail}"
+    )
+
+
+def judge_contract(
+    obs: Observations,
+    reference: Callable[..., Any],
+    inputs: dict[str, Tensor],
+    seed: int,
+    function: str,
+    forbidden: dict[str, str] | None = None,
+) -> None:
+    """Judge what :func:`observe_contract` recorded: no forbidden calls, dtype kept, inputs untouched, gradients."""
+    for name, message in (forbidden or {}).items():
+        if name in obs["called"]:
+            raise Mistake(f"{function} calls torch's `{name}` — {message}")
+    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
+        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
+        raise Mistake(
+            f"{function} modified its input {names} in place — use out-of-place operations "
+            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)"
+        )
+    if obs["raised"] is not None:
+        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
+    if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
+        raise Mistake(
+            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype "
+            f"(no `.float()`, no hard-coded `dtype=torch.float32`)"
+        )
+    if not obs["requires_grad"]:
+        raise Mistake(
+            f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
+            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`"
+        )
+    leaves = {
+        name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
+        for name, t in inputs.items()
+    }
+    result = reference(**leaves)
+    out = result[0] if isinstance(result, (tuple, list)) else result
+    judge_tensor(obs["out"], out.detach(), f"{function}'s output on float64 inputs", atol=1e-9, rtol=1e-7)
+    floating = {name: t for name, t in leaves.items() if t.is_floating_point()}
+    cotangent = seeded(*out.shape, seed=seed, dtype=out.dtype)
+    expected = torch.autograd.grad((out * cotangent).sum(), list(floating.values()), allow_unused=True)
+    for (name, _), want in zip(floating.items(), expected):
+        got = obs["grads"].get(name)
+        if want is None:
+            continue
+        if got is None:
+            raise Mistake(
+                f"no gradient reaches `{name}` through {function} — something detaches it "
+                f"(`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results)"
+            )
+        judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6,
+                     hint="a NaN gradient on a fully masked row comes from a 0/0 or an exp(-inf - -inf) that "
+                     "torch.where or nan_to_num hides in the forward pass but not in the backward pass; make the "
+                     "values safe before the operation, not after")

@@ -1,0 +1,21 @@
+"""nbgrader configuration of the course. ``autograder/`` is the nbgrader course root.
+
+Run nbgrader from this directory with the venv's ``bin`` on ``PATH`` (nbgrader
+shells out to ``alembic``); ``make notebooks`` and the tests do that for you.
+"""
+
+c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
+
+c.CourseDirectory.course_id = "attention-from-scratch"
+c.CourseDirectory.source_directory = "source"
+c.CourseDirectory.release_directory = "release"
+
+# What a learner sees in place of each solution region.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A learner who deletes a test cell must not lose it silently: put it back when grading.
+c.OverwriteCells.add_missing_cells = True
+
+# Generous per-cell limit: the hidden checks of a cell take well under a second.
+c.ExecutePreprocessor.timeout = 120
