@@ -67,10 +67,13 @@ def _softmax_suspects(x: Tensor, dim: int) -> list[Suspect]:
             )
             for d in others
         ),
-        Suspect(
-            "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)` "
-            "(forgot keepdim)",
-            lambda: _exp_over_sum(x, dim, keepdim=False),
+        *(
+            Suspect(
+                "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)` "
+                "(forgot keepdim)",
+                lambda shift=shift: _exp_over_sum(x - shift, dim, keepdim=False),
+            )
+            for shift in (0.0, x.amax(dim=dim, keepdim=True))
         ),
         Suspect(
             "it divides by the sum over the whole tensor; sum only along `dim` (normalised over everything)",
@@ -135,6 +138,11 @@ def _judge_one_stable(out: Any, x: Tensor, dim: int) -> None:
             "it subtracts the maximum of the whole tensor, so slices far below it underflow to 0/0 = NaN — "
             "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
             lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim),
+        ),
+        Suspect(
+            "it subtracts the maximum of the whole tensor, so slices far below it underflow to all zeros — "
+            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
+            lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
         ),
         *_softmax_suspects(x, dim),
     ]
@@ -527,20 +535,19 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
         raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
-    out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
-    suspects = [
-        Suspect("the values are the input x itself — project them with w_v (values not projected)",
-                lambda q=q, k=k, x=x, mask=mask: ref.scaled_dot_product_attention(q, k, x, mask)[0]),
-        Suspect("the keys are computed with w_q — keys come from w_k",
-                lambda q=q, v=v, mask=mask: ref.scaled_dot_product_attention(q, q, v, mask)[0]),
-        Suspect("the mask is not passed on to the attention — forward(x, mask) must use it (mask ignored)",
-                lambda q=q, k=k, v=v: ref.scaled_dot_product_attention(q, k, v)[0]),
-        Suspect("the scores are scaled by √d_model instead of √d_k",
-                lambda q=q, k=k, v=v, mask=mask: ref.scaled_dot_product_attention(
-                    q * math.sqrt(d_k / d_model), k, v, mask)[0]),
+    attend = ref.scaled_dot_product_attention
+    mistakes = [
+        ("the values are the input x itself — project them with w_v (values not projected)",
+         lambda: attend(q, k, x, mask)),
+        ("the keys are computed with w_q — keys come from w_k", lambda: attend(q, q, v, mask)),
+        ("the mask is not passed on to the attention — forward(x, mask) must use it (mask ignored)",
+         lambda: attend(q, k, v)),
+        ("the scores are scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
     ]
-    judge_tensor(result[1], weights, f"the weights of {what}")
-    judge_tensor(result[0], out, f"the output of {what}", suspects)
+    out, weights = attend(q, k, v, mask)
+    for part, name, want in ((1, "weights", weights), (0, "output", out)):
+        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+        judge_tensor(result[part], want, f"the {name} of {what}", suspects)
 
 
 def _probe_module_gradients(student: Any) -> Observations:

@@ -1,0 +1,152 @@
+"""Test helpers: read assignments, grade them in-process, and grade them with real nbgrader.
+
+``grade_in_process`` runs the graded test cells of a *source* notebook (hidden
+tests included) in one namespace, exactly as a kernel would run them one after
+another, with the exercise objects supplied by the caller instead of the
+notebook's solution cells. That makes it cheap to grade dozens of wrong and
+correct implementations; a few of them also go through real
+``nbgrader autograde`` in ``test_assignments.py`` to show the two agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import shutil
+import traceback
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbgrader.api import Gradebook
+
+from autograder.release import REPO_ROOT, SOURCE, make_course_copy, run_nbgrader
+
+#: assignment id -> (notebook file name, reference module)
+ASSIGNMENTS = {"01_self_attention": ("self_attention.ipynb", "solutions.self_attention")}
+
+
+def source_notebook(assignment: str) -> Path:
+    return SOURCE / assignment / ASSIGNMENTS[assignment][0]
+
+
+def release_notebook(assignment: str) -> Path:
+    return REPO_ROOT / "notebooks" / assignment / ASSIGNMENTS[assignment][0]
+
+
+def nbgrader_meta(cell: Any) -> dict[str, Any]:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def graded_cells(nb: Any) -> list[Any]:
+    return [c for c in nb.cells if nbgrader_meta(c).get("grade")]
+
+
+def solution_cells(nb: Any) -> list[Any]:
+    return [c for c in nb.cells if nbgrader_meta(c).get("solution")]
+
+
+def exercise_names(assignment: str) -> list[str]:
+    """The names the learner implements: the ``grade_id`` of every solution cell."""
+    return [nbgrader_meta(c)["grade_id"] for c in solution_cells(nbformat.read(source_notebook(assignment), 4))]
+
+
+def reference_objects(assignment: str) -> dict[str, Any]:
+    module = importlib.import_module(ASSIGNMENTS[assignment][1])
+    return {name: getattr(module, name) for name in exercise_names(assignment)}
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float
+    max_points: float
+    message: str  # empty when the cell passed
+
+    @property
+    def passed(self) -> bool:
+        return self.points == self.max_points
+
+
+def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None) -> dict[str, CellResult]:
+    """Grade the reference implementations, with ``overrides`` swapped in, through the notebook's test cells.
+
+    A cell scores its points when it raises nothing and writes nothing to
+    stderr (nbgrader's rule: a warning in a test cell is a failure).
+    """
+    nb = nbformat.read(source_notebook(assignment), 4)
+    namespace: dict[str, Any] = {"__name__": "__graded__"}
+    setup = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"]
+    exec(compile(setup[0].source, "<setup>", "exec"), namespace)  # noqa: S102
+    namespace.update(reference_objects(assignment))
+    namespace.update(overrides or {})
+    results = {}
+    for cell in graded_cells(nb):
+        meta = nbgrader_meta(cell)
+        stderr = io.StringIO()
+        message = ""
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()), \
+                warnings.catch_warnings():
+            warnings.simplefilter("default")
+            try:
+                exec(compile(cell.source, f"<{meta['grade_id']}>", "exec"), namespace)  # noqa: S102
+            except Exception as err:
+                message = f"{type(err).__name__}: {err}" if str(err) else "".join(
+                    traceback.format_exception_only(type(err), err)).strip()
+        if not message and stderr.getvalue():
+            message = f"wrote to stderr: {stderr.getvalue().strip()}"
+        points = 0.0 if message else float(meta["points"])
+        results[meta["grade_id"]] = CellResult(meta["grade_id"], points, float(meta["points"]), message)
+    return results
+
+
+# ---------------------------------------------------------------- real nbgrader
+
+def replace_solution(nb: Any, grade_id: str, source: str) -> None:
+    """Put ``source`` in the solution cell ``grade_id`` of ``nb`` (in memory), as a learner would."""
+    for cell in solution_cells(nb):
+        if nbgrader_meta(cell)["grade_id"] == grade_id:
+            cell.source = source
+            return
+    raise KeyError(f"no solution cell {grade_id!r}")
+
+
+@dataclass
+class Autograded:
+    scores: dict[str, dict[str, tuple[float, float]]]  # student -> grade_id -> (score, max)
+    notebooks: dict[str, Any]  # student -> the autograded notebook (with outputs)
+
+    def total(self, student: str) -> tuple[float, float]:
+        cells = self.scores[student].values()
+        return sum(s for s, _ in cells), sum(m for _, m in cells)
+
+    def error_text(self, student: str, grade_id: str) -> str:
+        """Everything the graded cell ``grade_id`` printed or raised, as plain text."""
+        for cell in graded_cells(self.notebooks[student]):
+            if nbgrader_meta(cell)["grade_id"] == grade_id:
+                return json.dumps(cell.get("outputs", []))
+        raise KeyError(grade_id)
+
+
+def autograde(assignment: str, submissions: dict[str, Any], workdir: Path) -> Autograded:
+    """Run ``nbgrader generate_assignment`` and ``nbgrader autograde`` on ``submissions`` (student -> notebook)."""
+    course = make_course_copy(workdir / "course", [assignment])
+    run_nbgrader(["generate_assignment", assignment, "--force"], course)
+    name = ASSIGNMENTS[assignment][0]
+    for student, nb in submissions.items():
+        target = course / "submitted" / student / assignment
+        target.mkdir(parents=True)
+        nbformat.write(nb, target / name)
+    run_nbgrader(["autograde", assignment, "--force"], course)
+    scores: dict[str, dict[str, tuple[float, float]]] = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student in submissions:
+            submitted = gradebook.find_submission_notebook(Path(name).stem, assignment, student)
+            scores[student] = {g.name: (float(g.score), float(g.max_score)) for g in submitted.grades}
+    notebooks = {s: nbformat.read(course / "autograded" / s / assignment / name, 4) for s in submissions}
+    shutil.rmtree(course, ignore_errors=True)
+    return Autograded(scores, notebooks)
