@@ -88,22 +88,21 @@ def assert_sums_to_one(weights: Tensor, dim: int = -1, what: str = "weights") ->
         fail(f"{what} should sum to 1 along dim {dim}; the sums range from {low:.4g} to {high:.4g}")
 
 
-def expect_value_error(fn: Callable[[], object], what: str, must_mention: Sequence[str] = ()) -> str:
+def expect_value_error(fn: Callable[[], object], what: str, must_mention: Sequence[str] = ()) -> None:
     """Call ``fn``; it must raise ``ValueError`` whose message mentions each of ``must_mention``.
 
     Any other exception (``NotImplementedError`` from an unfinished stub, say)
-    propagates unchanged, so the test fails with it.
+    propagates unchanged, so the test fails with it. Returns nothing, so a test
+    cell that ends with it shows no output.
     """
     try:
         fn()
     except ValueError as err:
-        message = str(err)
-        missing = [word for word in must_mention if word.lower() not in message.lower()]
+        missing = [word for word in must_mention if word.lower() not in str(err).lower()]
         if missing:
-            fail(f"{what}: the ValueError should mention {missing}; its message was {message!r}")
-        return message
+            fail(f"{what}: the ValueError should mention {missing}; its message was {str(err)!r}")
+        return
     fail(f"{what} should raise ValueError with a clear message, but nothing was raised")
-    raise AssertionError  # unreachable; keeps type checkers happy
 
 
 class _Refuse(TorchFunctionMode):

@@ -250,7 +250,7 @@ def judge_tensor(
         return
     suspect = _matching_suspect(actual, suspects, atol, rtol)
     if suspect is not None:
-        raise Mistake(f"{what} is wrong: {suspect.message}")
+        raise Mistake(f"{what}: {suspect.message}")
     if actual.shape != expected.shape:
         raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
@@ -259,8 +259,7 @@ def judge_tensor(
     diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs().nan_to_num(float("inf"))
     where = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
     raise Mistake(
-        f"{what} does not match the reference: at index {where} got {actual[where].item():.6g}, "
-        f"expected {expected[where].item():.6g}{tail}"
+        f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
     )
 
 

@@ -486,7 +486,8 @@ def _judge_projections(obs: Observations) -> None:
             if facts["weight"] != (out_features, d_model):
                 raise Mistake(
                     f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                    f"{d_model} -> {out_features}" + (" (d_v defaults to d_k)" if name == "w_v" else ""))
+                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
+                                                      "when it is not given)" if name == "w_v" else ""))
             if facts["bias"] != bias:
                 raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
                               f"to nn.Linear")

@@ -535,7 +535,7 @@ WRONG = [
     Entry("scaled_dot_product_attention", "(weights, out) returned", sdpa_swapped_outputs, ("(out, weights)",)),
     Entry("scaled_dot_product_attention", "boolean mask added to the scores", sdpa_mask_added,
           ("mask added as numbers",)),
-    Entry("SelfAttention", "w_v of width d_k whatever d_v", SelfAttentionVWidthDK, ("d_v defaults to d_k",)),
+    Entry("SelfAttention", "w_v of width d_k whatever d_v", SelfAttentionVWidthDK, ("d_model -> d_v",)),
     Entry("SelfAttention", "projections always with bias", SelfAttentionAlwaysBias, ("have no bias",)),
     Entry("SelfAttention", "x used as the values", SelfAttentionRawValues, ("values not projected",)),
     Entry("SelfAttention", "keys computed with w_q", SelfAttentionQueryAsKey, ("keys are computed with w_q",)),

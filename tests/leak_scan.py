@@ -1,0 +1,111 @@
+"""Find solution code or hidden-test text where learners can see it.
+
+The secrets are every line of the solution and hidden-test regions of the
+source notebooks, and every code line of the reference package and of the
+hidden checks (docstrings, comments, imports, signatures and short lines
+excepted: a signature is meant to be public, and a line like ``return out``
+says nothing). A target file is searched after stripping HTML tags and
+collapsing whitespace, so code split into highlighted spans is still found.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import nbformat
+
+from autograder.release import COURSE_ROOT, REPO_ROOT
+
+MIN_LENGTH = 25
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "run_check(",
+           "from solutions", "import solutions", "autograder.checks")
+REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _keep(line: str) -> bool:
+    line = line.strip()
+    return (len(line) >= MIN_LENGTH and not line.startswith(("#", "def ", "class ", "@", "import ", "from "))
+            and not line.startswith(('"""', "'''")))
+
+
+def notebook_secrets(path: Path) -> tuple[set[str], set[str]]:
+    """(lines inside the solution and hidden-test regions, lines outside them, which the release publishes)."""
+    nb = nbformat.read(path, 4)
+    secret, public = set(), set()
+    for cell in nb.cells:
+        for _, body in REGION.findall(cell.source):
+            secret |= {_normal(line) for line in body.splitlines() if _keep(line)}
+        public |= {_normal(line) for line in REGION.sub("", cell.source).splitlines()}
+    return secret, public
+
+
+def python_secrets(path: Path) -> set[str]:
+    source = path.read_text()
+    tree = ast.parse(source)
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            hidden |= set(range(body[0].lineno, body[0].end_lineno + 1))  # docstrings
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            hidden |= set(range(node.lineno, node.body[0].lineno))  # signatures, however many lines
+    return {_normal(line) for number, line in enumerate(source.splitlines(), 1)
+            if number not in hidden and _keep(line)}
+
+
+def all_secrets() -> set[str]:
+    """Secret lines, less any line the source notebooks deliberately publish outside their secret regions."""
+    secrets: set[str] = set()
+    public: set[str] = set()
+    for notebook in (COURSE_ROOT / "source").rglob("*.ipynb"):
+        hidden, shown = notebook_secrets(notebook)
+        secrets |= hidden
+        public |= shown
+    for module in [*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py")]:
+        secrets |= python_secrets(module)
+    return secrets - public
+
+
+def visible_text(path: Path) -> str:
+    """What a reader can see in ``path``: HTML without tags, a notebook's sources and outputs, or raw text."""
+    raw = path.read_text(errors="replace")
+    if path.suffix == ".html":
+        raw = html.unescape(re.sub(r"<[^>]+>", "", raw))
+    elif path.suffix == ".ipynb":
+        nb = json.loads(raw)
+        parts = []
+        for cell in nb.get("cells", []):
+            parts.append("".join(cell.get("source", "")))
+            for output in cell.get("outputs", []):
+                parts.append(json.dumps(output))
+        raw = "\n".join(parts)
+    return _normal(raw)
+
+
+TEXT_SUFFIXES = {".html", ".ipynb", ".js", ".txt", ".md", ".py", ".json", ".css", ".xml"}
+
+
+def scan(paths: Iterable[Path], secrets: set[str] | None = None) -> list[str]:
+    """Every (file, secret) that leaks, as readable lines; empty when nothing does."""
+    secrets = all_secrets() if secrets is None else secrets
+    found = []
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for file in files:
+            if file.suffix not in TEXT_SUFFIXES:
+                continue
+            text = visible_text(file)
+            for secret in (*MARKERS, *secrets):
+                if secret in text:
+                    found.append(f"{file}: {secret}")
+    return found

@@ -1,0 +1,180 @@
+"""Course-level tests of every assignment: the release is current, nbgrader grades it as intended,
+and the notebooks follow the conventions learners rely on."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import subprocess
+import sys
+import textwrap
+
+import nbformat
+import pytest
+from catalogue import self_attention as ch01
+from notebook_grading import (
+    ASSIGNMENTS,
+    autograde,
+    exercise_names,
+    graded_cells,
+    nbgrader_meta,
+    release_notebook,
+    replace_solution,
+    solution_cells,
+    source_notebook,
+)
+
+from autograder.release import generate_release, nbgrader_env
+
+ALL = sorted(ASSIGNMENTS)
+
+
+def _cells_as_json(nb_path) -> list[dict]:
+    return json.loads(nb_path.read_text())["cells"]
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_committed_release_is_current(assignment, tmp_path) -> None:
+    fresh = generate_release(assignment, tmp_path) / ASSIGNMENTS[assignment][0]
+    committed = release_notebook(assignment)
+    assert committed.exists(), f"{committed} is missing: run `make notebooks`"
+    assert json.loads(fresh.read_text()) == json.loads(committed.read_text()), (
+        f"{committed} is stale: autograder/source/{assignment} changed since it was generated; run `make notebooks`"
+    )
+
+
+def _as_cell_source(entry, *helpers) -> str:
+    """A catalogue entry's code as a learner would type it into the solution cell."""
+    code = textwrap.dedent(inspect.getsource(entry.impl))
+    keyword = "class" if inspect.isclass(entry.impl) else "def"
+    code = re.sub(rf"^{keyword} \w+", f"{keyword} {entry.target}", code, count=1)
+    prelude = "".join(textwrap.dedent(inspect.getsource(h)) + "\n\n" for h in helpers)
+    return 'NEG_INF = float("-inf")\n\n' + prelude + code
+
+
+def _entry(entries, label):
+    return next(e for e in entries if e.label == label)
+
+
+def test_nbgrader_grades_a_small_class(tmp_path) -> None:
+    """Real `nbgrader generate_assignment` + `autograde`: full marks, zero, a named mistake, an alternative."""
+    assignment = "01_self_attention"
+    source = nbformat.read(source_notebook(assignment), 4)
+    wrong = nbformat.read(source_notebook(assignment), 4)
+    wrong_entry = _entry(ch01.WRONG, "softmax over the wrong axis")
+    replace_solution(wrong, "softmax", _as_cell_source(wrong_entry))
+    alternative = nbformat.read(source_notebook(assignment), 4)
+    replace_solution(alternative, "scaled_dot_product_attention",
+                     _as_cell_source(_entry(ch01.CORRECT, "einsum and torch.where"), ch01._check))
+    deleted = nbformat.read(release_notebook(assignment), 4)
+    deleted.cells = [c for c in deleted.cells if nbgrader_meta(c).get("grade_id") != "softmax_stable"]
+
+    result = autograde(assignment, {
+        "solution": source,
+        "untouched": nbformat.read(release_notebook(assignment), 4),
+        "wrong_axis": wrong,
+        "einsum": alternative,
+        "deleted_test": deleted,
+    }, tmp_path)
+
+    score, maximum = result.total("solution")
+    assert maximum > 0 and score == maximum, result.scores["solution"]
+    for cell in graded_cells(result.notebooks["solution"]):
+        assert not cell.outputs, f"passing test cell {nbgrader_meta(cell)['grade_id']} printed {cell.outputs}"
+
+    assert result.total("untouched") == (0.0, maximum), result.scores["untouched"]
+    assert result.total("einsum") == (maximum, maximum), result.scores["einsum"]
+
+    # the mistake costs the softmax cells; attention_scores does not use softmax and keeps its points
+    # (scaled_dot_product_attention calls the learner's softmax, so its cells may fail too, as in a real kernel)
+    lost = {g for g, s in result.scores["wrong_axis"].items() if s[0] < s[1]}
+    assert {"softmax_sums_to_one", "softmax_masked_entries"} <= lost, lost
+    assert not {g for g in lost if g.startswith("attention_scores_")}, lost
+    assert "softmax over the wrong axis" in result.error_text("wrong_axis", "softmax_sums_to_one")
+
+    # a deleted test cell is put back and graded, not silently dropped
+    assert "softmax_stable" in result.scores["deleted_test"]
+    assert result.total("deleted_test") == (0.0, maximum)
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_nbgrader_validate(assignment, tmp_path) -> None:
+    """`nbgrader validate` passes the source; `--invert` finds no passing test in the untouched release."""
+    def validate(*args: str) -> str:
+        run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", *args], cwd=tmp_path,
+                             env=nbgrader_env(), capture_output=True, text=True, timeout=600)
+        return run.stdout + run.stderr
+
+    out = validate(str(source_notebook(assignment)))
+    assert "Success! Your notebook passes all the tests." in out, out[-3000:]
+    assert "cannot be converted to" not in out, "a test cell leaves output that nbgrader reads as partial credit"
+    out = validate("--invert", str(release_notebook(assignment)))
+    assert "Success! The notebook does not pass any tests." in out, out[-3000:]
+
+
+def _visible_part(source: str) -> str:
+    return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S)
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_notebook_conventions(assignment) -> None:
+    nb = nbformat.read(source_notebook(assignment), 4)
+    names = exercise_names(assignment)
+    tests = graded_cells(nb)
+    for cell in tests:
+        meta = nbgrader_meta(cell)
+        gid = meta["grade_id"]
+        assert any(gid.startswith(n + "_") for n in names), f"grade_id {gid} is not <function>_<property>"
+        assert cell.cell_type == "code" and meta["locked"] and meta["points"] > 0, gid
+        index = nb.cells.index(cell)
+        heading = nb.cells[index - 1]
+        found = re.search(r"\((\d+) points?\)", heading.source)
+        assert heading.cell_type == "markdown" and found, f"no '(N points)' heading above {gid}"
+        declared = float(found.group(1))
+        assert declared == meta["points"], f"{gid}: heading says {declared:g} points, metadata {meta['points']}"
+        assert gid in cell.source, f"{gid}'s hidden check should be run_check({gid!r}, ...)"
+        visible = _visible_part(cell.source)
+        assert not re.search(r"\b(solutions|autograder)\b", visible), f"{gid}: visible tests use hidden packages"
+    for name in names:
+        own = [c for c in tests if nbgrader_meta(c)["grade_id"].startswith(name + "_")]
+        assert own, f"{name} has no test cell"
+        assert any(_visible_part(c.source).strip() for c in own), f"{name} has no visible test"
+    sections: list[list] = []  # [heading, declared points, points of the test cells under it]
+    for cell in nb.cells:
+        heading = re.match(r"## (.*)\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
+        if heading:
+            sections.append([heading.group(1).strip(), float(heading.group(2)), 0.0])
+        elif nbgrader_meta(cell).get("grade"):
+            assert sections, f"{nbgrader_meta(cell)['grade_id']} comes before any '## ... (N points)' section"
+            sections[-1][2] += nbgrader_meta(cell)["points"]
+    assert len(sections) == len(names), sections
+    for title, declared, counted in sections:
+        assert declared == counted, f"section {title!r} says {declared:g} points, its tests hold {counted:g}"
+    ids = [c.get("id") for c in nb.cells]
+    assert len(set(ids)) == len(ids), "cell ids must be unique"
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_release_stubs_keep_signature_and_docstring(assignment) -> None:
+    released = nbformat.read(release_notebook(assignment), 4)
+    source = nbformat.read(source_notebook(assignment), 4)
+    for src, rel in zip(solution_cells(source), solution_cells(released), strict=True):
+        name = nbgrader_meta(src)["grade_id"]
+        assert "# YOUR CODE HERE" in rel.source and "raise NotImplementedError()" in rel.source, name
+        assert "BEGIN SOLUTION" not in rel.source, name
+        header = src.source.split("### BEGIN SOLUTION")[0]
+        assert header.strip() and rel.source.startswith(header), f"{name}: the stub lost its signature or docstring"
+        assert '"""' in header, f"{name}: the stub has no docstring"
+
+
+def test_every_spec_function_of_chapter_1_is_an_exercise() -> None:
+    spec = {"softmax", "attention_scores", "scaled_dot_product_attention", "SelfAttention"}
+    assert set(exercise_names("01_self_attention")) == spec
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_release_hides_solutions_and_hidden_tests(assignment) -> None:
+    text = release_notebook(assignment).read_text()
+    for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "run_check", "autograder", "solutions"):
+        assert marker not in text, f"the release of {assignment} contains {marker!r}"
