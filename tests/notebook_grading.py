@@ -26,8 +26,34 @@ from nbgrader.api import Gradebook
 
 from autograder.release import REPO_ROOT, SOURCE, make_course_copy, run_nbgrader
 
-#: assignment id -> (notebook file name, reference module)
-ASSIGNMENTS = {"01_self_attention": ("self_attention.ipynb", "solutions.self_attention")}
+#: SPEC's assignment ids -> the reference module; the notebook is named after the module.
+SPEC_ASSIGNMENTS = {
+    "01_self_attention": "solutions.self_attention",
+    "02_causal_masking": "solutions.masking",
+    "03_cross_attention": "solutions.cross_attention",
+    "04_multi_head": "solutions.multi_head",
+    "05_positional_encoding": "solutions.positional",
+    "06_transformer": "solutions.transformer",
+}
+
+#: SPEC's exercise names of each chapter.
+SPEC_EXERCISES = {
+    "01_self_attention": {"softmax", "attention_scores", "scaled_dot_product_attention", "SelfAttention"},
+    "02_causal_masking": {"causal_mask", "padding_mask", "combine_masks", "additive_mask", "CausalSelfAttention"},
+    "03_cross_attention": {"CrossAttention", "shift_right", "teacher_forcing_pair", "sequence_cross_entropy"},
+    "04_multi_head": {"split_heads", "merge_heads", "MultiHeadAttention"},
+    "05_positional_encoding": {"sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
+                               "apply_rotary"},
+    "06_transformer": {"FeedForward", "EncoderLayer", "DecoderLayer", "TransformerConfig", "Transformer",
+                       "greedy_decode"},
+}
+
+#: assignment id -> (notebook file name, reference module), for every assignment that has a source.
+ASSIGNMENTS = {
+    assignment: (module.rsplit(".", 1)[1] + ".ipynb", module)
+    for assignment, module in SPEC_ASSIGNMENTS.items()
+    if (SOURCE / assignment).is_dir()
+}
 
 
 def source_notebook(assignment: str) -> Path:

@@ -7,11 +7,16 @@ hidden) via ``grade_in_process``.
 
 from __future__ import annotations
 
-import pytest
-from catalogue import self_attention as ch01
-from notebook_grading import grade_in_process
+import importlib
 
-CATALOGUES = {"01_self_attention": ch01}
+import pytest
+from notebook_grading import ASSIGNMENTS, exercise_names, grade_in_process
+
+#: assignment id -> its catalogue module, tests/catalogue/<reference module name>.py
+CATALOGUES = {
+    assignment: importlib.import_module(f"catalogue.{module.rsplit('.', 1)[1]}")
+    for assignment, (_, module) in ASSIGNMENTS.items()
+}
 
 WRONG = [(a, e) for a, module in CATALOGUES.items() for e in module.WRONG]
 CORRECT = [(a, e) for a, module in CATALOGUES.items() for e in module.CORRECT]
@@ -53,8 +58,6 @@ def test_reference_scores_full_marks_in_process() -> None:
 
 @pytest.mark.parametrize("assignment", sorted(CATALOGUES))
 def test_catalogue_covers_every_exercise(assignment) -> None:
-    from notebook_grading import exercise_names
-
     module = CATALOGUES[assignment]
     for name in exercise_names(assignment):
         assert any(e.target == name for e in module.WRONG), f"no wrong answers for {name}"

@@ -63,7 +63,15 @@ def ids() -> list[str]:
 
 
 def _load_all() -> None:
-    from autograder.checks import self_attention  # noqa: F401  (registers on import)
+    """Import every chapter module of this package; each registers its checks on import."""
+    import importlib
+    import pkgutil
+
+    import autograder.checks as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "core":
+            importlib.import_module(f"{package.__name__}.{module.name}")
 
 
 def run_check(check_id: str, student: Any) -> None:
