@@ -12,11 +12,17 @@ import importlib
 import pytest
 from notebook_grading import ASSIGNMENTS, exercise_names, grade_in_process
 
+
+def _catalogue(module: str):
+    try:
+        return importlib.import_module(f"catalogue.{module.rsplit('.', 1)[1]}")
+    except ModuleNotFoundError:
+        return None  # reported by test_every_assignment_has_a_catalogue, without breaking collection
+
+
 #: assignment id -> its catalogue module, tests/catalogue/<reference module name>.py
-CATALOGUES = {
-    assignment: importlib.import_module(f"catalogue.{module.rsplit('.', 1)[1]}")
-    for assignment, (_, module) in ASSIGNMENTS.items()
-}
+FOUND = {assignment: _catalogue(module) for assignment, (_, module) in ASSIGNMENTS.items()}
+CATALOGUES = {assignment: module for assignment, module in FOUND.items() if module is not None}
 
 WRONG = [(a, e) for a, module in CATALOGUES.items() for e in module.WRONG]
 CORRECT = [(a, e) for a, module in CATALOGUES.items() for e in module.CORRECT]
@@ -48,6 +54,11 @@ def test_correct_alternative_keeps_full_marks(case) -> None:
     results = grade_in_process(assignment, {entry.target: entry.impl})
     failed = {gid: r.message for gid, r in results.items() if not r.passed}
     assert not failed, f"the correct alternative {entry.label!r} lost points: {failed}"
+
+
+def test_every_assignment_has_a_catalogue() -> None:
+    missing = sorted(a for a, module in FOUND.items() if module is None)
+    assert not missing, f"assignments without tests/catalogue/<module>.py: {missing}"
 
 
 def test_reference_scores_full_marks_in_process() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 Observations = dict[str, Any]
@@ -85,14 +85,18 @@ def run_check(check_id: str, student: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observations = check.probe(student)
-        check.judge(observations)
+        try:
+            check.judge(observations)
+        except Mistake as failure:
+            # Raise from here, without the judge's frames: the feedback shows the message, not hidden code.
+            raise Mistake(str(failure)) from None
 
 
 # ---------------------------------------------------------------- observing
 
 def seeded(*shape: int, seed: int, dtype: torch.dtype = torch.float32, scale: float = 1.0) -> Tensor:
     """A standard-normal tensor of ``shape`` times ``scale``, reproducible from ``seed``."""
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
+    return torch.randn(tuple(shape), generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
 
 
 def seeded_mask(*shape: int, seed: int, p: float = 0.6) -> Tensor:
@@ -123,7 +127,7 @@ class Raised:
     message: str
 
     def describe(self) -> str:
-        if self.type == "NotImplementedError":
+        if self.type == "NotImplementedError" and not self.message:
             return "raised NotImplementedError — replace `raise NotImplementedError()` with your code"
         return f"raised {self.type}: {self.message}"
 
@@ -211,7 +215,7 @@ def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
     return torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True)
 
 
-def _matching_suspect(actual: Tensor, suspects: Iterable[Suspect], atol: float, rtol: float) -> Suspect | None:
+def matching_suspect(actual: Tensor, suspects: Iterable[Suspect], atol: float, rtol: float) -> Suspect | None:
     for suspect in suspects:
         try:
             candidate = suspect.produce()
@@ -256,7 +260,7 @@ def judge_tensor(
         raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r}{extra}")
     if _close(actual, expected, atol, rtol):
         return
-    suspect = _matching_suspect(actual, suspects, atol, rtol)
+    suspect = matching_suspect(actual, suspects, atol, rtol)
     if suspect is not None:
         raise Mistake(f"{what}: {suspect.message}")
     if actual.shape != expected.shape:
@@ -264,7 +268,9 @@ def judge_tensor(
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
         first = tuple(int(i) for i in torch.isnan(actual).nonzero()[0])
         raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
-    diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs().nan_to_num(float("inf"))
+    a, e = actual.to(torch.float64), expected.to(torch.float64)
+    same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # equal infinities subtract to NaN: count them as equal
+    diff = torch.where(same, torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
     where = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
     raise Mistake(
         f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
@@ -324,3 +330,40 @@ def judge_contract(
                      hint="a NaN gradient on a fully masked row comes from a 0/0 or an exp(-inf - -inf) that "
                      "torch.where or nan_to_num hides in the forward pass but not in the backward pass; make the "
                      "values safe before the operation, not after")
+
+
+# ---------------------------------------------------------------- shared by the chapters
+
+def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...]) -> None:
+    """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError."""
+    if not isinstance(raised, Raised):
+        raise Mistake(f"{what} should raise ValueError, but nothing was raised")
+    if raised.type != "ValueError":
+        raise Mistake(
+            f"{what} {raised.describe()}; check the arguments first and raise "
+            f"ValueError with a message that names the shapes or dtypes involved"
+        )
+    missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
+    if missing:
+        raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
+
+
+def linear_facts(layer: Any) -> dict[str, Any]:
+    if not isinstance(layer, nn.Linear):
+        return {"type": type(layer).__name__}
+    return {"type": "Linear", "weight": tuple(layer.weight.shape), "bias": layer.bias is not None}
+
+
+def projection_weights(d_model: int, d_k: int, d_v: int, seed: int) -> dict[str, Tensor]:
+    return {
+        "w_q": seeded(d_k, d_model, seed=seed, scale=d_model**-0.5),
+        "w_k": seeded(d_k, d_model, seed=seed + 1, scale=d_model**-0.5),
+        "w_v": seeded(d_v, d_model, seed=seed + 2, scale=d_model**-0.5),
+    }
+
+
+def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
+    with torch.no_grad():
+        for name, w in weights.items():
+            getattr(module, name).weight.copy_(w)
+    return module

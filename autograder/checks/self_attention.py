@@ -22,8 +22,12 @@ from autograder.checks.core import (
     judge_cases,
     judge_contract,
     judge_tensor,
+    judge_value_error,
+    linear_facts,
+    load_weights,
     observe_contract,
     plain,
+    projection_weights,
     recording_torch_calls,
     register,
     seeded,
@@ -33,20 +37,6 @@ from solutions import self_attention as ref
 
 NEG_INF = float("-inf")
 LIBRARY_SOFTMAX = ("softmax", "log_softmax", "_softmax", "softmin")
-
-
-def _judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...]) -> None:
-    """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError."""
-    if not isinstance(raised, Raised):
-        raise Mistake(f"{what} should raise ValueError, but nothing was raised")
-    if raised.type != "ValueError":
-        raise Mistake(
-            f"{what} {raised.describe()}; check the arguments first and raise "
-            f"ValueError with a message that names the shapes or dtypes involved"
-        )
-    missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
-    if missing:
-        raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
 
 
 # ================================================================ softmax
@@ -255,7 +245,7 @@ register("attention_scores_values", _probe_scores, _judge_scores)
 register(
     "attention_scores_checks_shapes",
     _probe_scores_errors,
-    lambda obs: _judge_value_error(obs["raised"], "attention_scores(q (2, 3, 4), k (2, 5, 6)) with d_k 4 against 6",
+    lambda obs: judge_value_error(obs["raised"], "attention_scores(q (2, 3, 4), k (2, 5, 6)) with d_k 4 against 6",
                                    ("4", "6")),
 )
 register(
@@ -406,9 +396,9 @@ def _probe_sdpa_errors(student: Any) -> Observations:
 
 def _judge_sdpa_errors(obs: Observations) -> None:
     for key in ("float_mask", "int_mask"):
-        _judge_value_error(obs[key], f"scaled_dot_product_attention with a {key.split('_')[0]} mask "
+        judge_value_error(obs[key], f"scaled_dot_product_attention with a {key.split('_')[0]} mask "
                            "(masks must be boolean, True = may attend)", ("bool",))
-    _judge_value_error(obs["d_k"], "scaled_dot_product_attention with q (2, 3, 4) and k (2, 5, 7)", ("4", "7"))
+    judge_value_error(obs["d_k"], "scaled_dot_product_attention with q (2, 3, 4) and k (2, 5, 7)", ("4", "7"))
 
 
 _SDPA_GRAD_MASK = seeded_mask(2, 3, 5, seed=95)
@@ -453,12 +443,6 @@ register("scaled_dot_product_attention_errors", _probe_sdpa_errors, _judge_sdpa_
 
 # ================================================================ SelfAttention
 
-def _linear_facts(layer: Any) -> dict[str, Any]:
-    if not isinstance(layer, nn.Linear):
-        return {"type": type(layer).__name__}
-    return {"type": "Linear", "weight": tuple(layer.weight.shape), "bias": layer.bias is not None}
-
-
 def _probe_projections(student: Any) -> Observations:
     obs = {}
     for label, args, kwargs in (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True})):
@@ -467,7 +451,7 @@ def _probe_projections(student: Any) -> Observations:
         except Exception as err:
             obs[label] = Raised(type(err).__name__, str(err))
             continue
-        obs[label] = {name: _linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
+        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
         obs[label]["is_module"] = isinstance(module, nn.Module)
     return obs
 
@@ -493,21 +477,6 @@ def _judge_projections(obs: Observations) -> None:
                               f"to nn.Linear")
 
 
-def _self_attention_weights(d_model: int, d_k: int, d_v: int, seed: int) -> dict[str, Tensor]:
-    return {
-        "w_q": seeded(d_k, d_model, seed=seed, scale=d_model**-0.5),
-        "w_k": seeded(d_k, d_model, seed=seed + 1, scale=d_model**-0.5),
-        "w_v": seeded(d_v, d_model, seed=seed + 2, scale=d_model**-0.5),
-    }
-
-
-def _load(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
-    with torch.no_grad():
-        for name, w in weights.items():
-            getattr(module, name).weight.copy_(w)
-    return module
-
-
 _FORWARD_CASES = [  # (d_model, d_k, d_v, x, mask, seed)
     (16, 8, 6, seeded(2, 5, 16, seed=101), None, 102),
     (8, 4, 8, seeded(2, 6, 8, seed=103), torch.tril(torch.ones(6, 6, dtype=torch.bool)), 104),
@@ -516,7 +485,7 @@ _FORWARD_CASES = [  # (d_model, d_k, d_v, x, mask, seed)
 
 def _probe_forward(student: Any) -> Observations:
     def run(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> Any:
-        module = _load(student(d_model, d_k, d_v), _self_attention_weights(d_model, d_k, d_v, seed))
+        module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
         return module(x.clone(), mask)
 
     return {"results": [attempt(lambda case=case: run(*case)) for case in _FORWARD_CASES]}
@@ -529,7 +498,7 @@ def _judge_forward(obs: Observations) -> None:
 
 def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
                        seed: int) -> None:
-    w = _self_attention_weights(d_model, d_k, d_v, seed)
+    w = projection_weights(d_model, d_k, d_v, seed)
     q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
     what = f"SelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + ("" if mask is None else " with a mask")
     if isinstance(result, Raised):
@@ -555,7 +524,7 @@ def _probe_module_gradients(student: Any) -> Observations:
     d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
 
     def run() -> dict[str, Any]:
-        module = _load(student(d_model, d_k, d_v), _self_attention_weights(d_model, d_k, d_v, seed))
+        module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
         out, _ = module(x.clone(), mask)
         (out * seeded(*out.shape, seed=105)).sum().backward()
         return {name: plain(getattr(module, name).weight.grad) for name in ("w_q", "w_k", "w_v")}
@@ -570,7 +539,7 @@ def _judge_module_gradients(obs: Observations) -> None:
     d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
     if "raised" in obs:
         raise Mistake(f"SelfAttention({d_model}, {d_k}, {d_v}): forward and backward {obs['raised'].describe()}")
-    module = _load(ref.SelfAttention(d_model, d_k, d_v), _self_attention_weights(d_model, d_k, d_v, seed))
+    module = load_weights(ref.SelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
     out, _ = module(x, mask)
     (out * seeded(*out.shape, seed=105)).sum().backward()
     for name in ("w_q", "w_k", "w_v"):
