@@ -59,7 +59,8 @@ def _entry(entries, label):
 
 
 def test_nbgrader_grades_a_small_class(tmp_path) -> None:
-    """Real `nbgrader generate_assignment` + `autograde`: full marks, zero, a named mistake, an alternative."""
+    """Real `nbgrader generate_assignment` + `autograde` of one batch: full marks, zero, a named mistake,
+    a correct alternative and a deleted test cell, side by side."""
     assignment = "01_self_attention"
     source = nbformat.read(source_notebook(assignment), 4)
     wrong = nbformat.read(source_notebook(assignment), 4)
@@ -97,6 +98,19 @@ def test_nbgrader_grades_a_small_class(tmp_path) -> None:
     # a deleted test cell is put back and graded, not silently dropped
     assert "softmax_stable" in result.scores["deleted_test"]
     assert result.total("deleted_test") == (0.0, maximum)
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_nbgrader_gives_the_source_full_marks_and_the_release_zero(assignment, tmp_path) -> None:
+    result = autograde(assignment, {
+        "solution": nbformat.read(source_notebook(assignment), 4),
+        "untouched": nbformat.read(release_notebook(assignment), 4),
+    }, tmp_path)
+    score, maximum = result.total("solution")
+    assert maximum > 0 and score == maximum, {g: s for g, s in result.scores["solution"].items() if s[0] < s[1]}
+    for cell in graded_cells(result.notebooks["solution"]):
+        assert not cell.outputs, f"passing test cell {nbgrader_meta(cell)['grade_id']} printed {cell.outputs}"
+    assert result.total("untouched") == (0.0, maximum), result.scores["untouched"]
 
 
 @pytest.mark.parametrize("assignment", ALL)
