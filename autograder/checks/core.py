@@ -16,6 +16,9 @@ without rewriting a single test cell.
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -54,7 +57,8 @@ def get(check_id: str) -> Check:
     try:
         return _REGISTRY[check_id]
     except KeyError:
-        raise KeyError(f"no hidden check called {check_id!r}; known: {sorted(_REGISTRY)}") from None
+        broken = "".join(f"; {name} failed to load: {why}" for name, why in _LOAD_FAILURES.items())
+        raise KeyError(f"no hidden check called {check_id!r}{broken}") from None
 
 
 def ids() -> list[str]:
@@ -62,16 +66,34 @@ def ids() -> list[str]:
     return sorted(_REGISTRY)
 
 
+_LOADED: set[str] = set()
+_LOAD_FAILURES: dict[str, str] = {}
+
+
 def _load_all() -> None:
-    """Import every chapter module of this package; each registers its checks on import."""
+    """Import every chapter module of this package once; each registers its checks on import.
+
+    A module that fails to import is recorded, not retried (a retry would
+    register its first checks twice), and does not stop the other chapters.
+    """
     import importlib
     import pkgutil
 
     import autograder.checks as package
 
     for module in pkgutil.iter_modules(package.__path__):
-        if module.name != "core":
+        if module.name == "core" or module.name in _LOADED:
+            continue
+        _LOADED.add(module.name)
+        try:
             importlib.import_module(f"{package.__name__}.{module.name}")
+        except Exception as err:  # reported by get() when one of its checks is asked for
+            _LOAD_FAILURES[module.name] = f"{type(err).__name__}: {err}"
+
+
+#: When set (by ``python -m autograder grade`` inside its sandbox), run_check only probes: it appends the
+#: observations to this file as JSON lines, and the trusted grader judges them outside the sandbox.
+OBSERVATIONS_ENV = "AUTOGRADER_OBSERVATIONS"
 
 
 def run_check(check_id: str, student: Any) -> None:
@@ -79,12 +101,19 @@ def run_check(check_id: str, student: Any) -> None:
 
     Warnings raised by the learner's code are silenced: nbgrader counts any
     stderr output in a test cell as a failure, and a correct answer that
-    triggers a library warning must keep its points.
+    triggers a library warning must keep its points. Inside the grading
+    sandbox (``$AUTOGRADER_OBSERVATIONS`` set) the observations are recorded
+    for the trusted judge instead of being judged here.
     """
     check = get(check_id)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observations = check.probe(student)
+        record_to = os.environ.get(OBSERVATIONS_ENV)
+        if record_to:
+            with open(record_to, "a", encoding="utf-8") as sink:
+                sink.write(json.dumps({"check": check_id, "observations": encode(observations)}) + "\n")
+            return
         try:
             check.judge(observations)
         except Mistake as failure:
@@ -197,6 +226,80 @@ def observe_contract(call: Callable[..., Any], inputs: dict[str, Tensor], seed: 
     except Exception as err:
         obs["raised"] = Raised(type(err).__name__, str(err))
     return obs
+
+
+# ---------------------------------------------------------------- plain data on the wire
+
+def encode(value: Any) -> Any:
+    """Observations as JSON-ready data: tensors become {dtype, shape, data}; nothing is pickled."""
+    if isinstance(value, Tensor):
+        t = value.detach().as_subclass(Tensor).cpu()
+        data = t.to(torch.float64).tolist() if t.is_floating_point() else t.tolist()
+        return {"__tensor__": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "data": _finite(data)}
+    if isinstance(value, Raised):
+        return {"__raised__": [value.type, value.message]}
+    if isinstance(value, tuple):
+        return {"__tuple__": [encode(v) for v in value]}
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return _finite(value)
+    return f"<{type(value).__name__}>"
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, list):
+        return [_finite(d) for d in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return {"__float__": repr(data)}  # nan, inf, -inf: JSON has no literal for them
+    return data
+
+
+_DTYPES = {name: getattr(torch, name) for name in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool", "complex64")}
+
+
+def decode(value: Any) -> Any:
+    """The inverse of :func:`encode`, for data read from an untrusted file: refuses anything unexpected."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            dtype = _DTYPES.get(value["__tensor__"])
+            if dtype is None:
+                raise ValueError(f"unknown dtype {value['__tensor__']!r} in observations")
+            data = _unfinite(value["data"])
+            tensor = torch.tensor(data, dtype=torch.float64 if dtype.is_floating_point else dtype)
+            return tensor.to(dtype).reshape([int(n) for n in value["shape"]])
+        if "__raised__" in value:
+            kind, message = value["__raised__"]
+            return Raised(str(kind), str(message))
+        if "__tuple__" in value:
+            return tuple(decode(v) for v in value["__tuple__"])
+        if "__float__" in value:
+            return float(value["__float__"])
+        return {str(k): decode(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"unexpected {type(value).__name__} in observations")
+
+
+def _unfinite(data: Any) -> Any:
+    if isinstance(data, list):
+        return [_unfinite(d) for d in data]
+    if isinstance(data, dict):
+        return float(data["__float__"])
+    return data
+
+
+def judge_recorded(check_id: str, encoded: Any) -> None:
+    """Judge observations recorded in the sandbox (trusted side); raise :class:`Mistake` on failure."""
+    check = get(check_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check.judge(decode(encoded))
 
 
 # ---------------------------------------------------------------- judging

@@ -355,7 +355,7 @@ def _or_all(masks: list[Tensor]) -> Tensor:
     return out
 
 
-_PAD_A = ref.padding_mask(torch.tensor([[1, 2, 0, 0, 0], [3, 4, 5, 6, 0]]), 0)  # (2, 1, 5)
+_PAD_A = (torch.tensor([[1, 2, 0, 0, 0], [3, 4, 5, 6, 0]]) != 0).unsqueeze(1)  # (2, 1, 5): 0 is the pad
 _COMBINE_CASES = [
     [ref.causal_mask(5), _PAD_A],
     [seeded_mask(2, 1, 4, 6, seed=121), seeded_mask(4, 6, seed=122), seeded_mask(2, 3, 1, 6, seed=123)],
@@ -474,7 +474,8 @@ register("combine_masks_errors", _probe_combine_errors, _judge_combine_errors)
 
 # ================================================================ additive_mask
 
-_ADDITIVE_CASES = [ref.causal_mask(4), seeded_mask(2, 1, 5, seed=141), seeded_mask(3, 4, 6, seed=142)]
+_ADDITIVE_CASES = [torch.ones(4, 4, dtype=torch.bool).tril(), seeded_mask(2, 1, 5, seed=141),
+                   seeded_mask(3, 4, 6, seed=142)]
 _ADDITIVE_CASES[2][1, 2] = False  # a fully masked row
 
 

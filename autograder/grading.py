@@ -1,0 +1,402 @@
+"""Grade a class: find the submissions, run each in the sandbox, judge outside it, record every one.
+
+For each submission:
+
+1. **Read** the notebook (a wrongly named one is accepted when it is the only
+   notebook; invalid JSON, an empty folder or several candidates give an
+   ``invalid`` row with the reason).
+2. **Assemble** the notebook that will run: the instructor's source notebook
+   (its test cells carry the hidden checks), in which every solution cell is
+   replaced by the learner's answer (matched by ``grade_id``), or by the
+   release's empty stub where the learner has none, and the learner's own
+   extra code cells are put in. Test cells, set-up cells and metadata always
+   come from the instructor, so deleted, duplicated or altered test cells and
+   unknown metadata change nothing.
+3. **Run** it in the sandbox (:mod:`autograder.sandbox`); the hidden checks
+   only *probe* there, writing plain observations.
+4. **Judge** in this trusted process: each test cell's points come from the
+   reference's verdict on the observations recorded while that cell ran —
+   never from whether the cell raised inside the learner's kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from autograder import sandbox
+from autograder.checks.core import judge_recorded
+
+COURSE_ROOT = Path(__file__).resolve().parent
+REPO_ROOT = COURSE_ROOT.parent
+STATUSES = ("ok", "timeout", "crashed", "invalid", "flagged")
+MAX_NOTEBOOK_BYTES = 20 << 20
+MAX_OBSERVATION_BYTES = 64 << 20
+#: Source patterns that have no place in an honest answer; a match flags the submission for a person to look at.
+SUSPICIOUS = {
+    r"\b(autograder|solutions|gradebook|nbgrader)\b": "refers to the grader or the reference",
+    r"\brun_check\b|AUTOGRADER_OBSERVATIONS": "touches the hidden checks",
+    r"torch\.(allclose|equal|testing)\s*=|builtins\.|__builtins__": "replaces built-in or comparison functions",
+    r"sys\.(modules|meta_path|path_hooks|settrace|setprofile)|inspect\.(stack|currentframe)|sys\._getframe":
+        "hooks imports or inspects the caller's frames",
+    r"\b(gc\.get_objects|ctypes)\b": "searches memory or calls C directly",
+}
+
+
+@dataclass
+class Submission:
+    student_id: str
+    notebook: Path | None  # None when nothing gradable was found
+    problem: str = ""  # why it cannot be graded (status invalid)
+    note: str = ""  # worth knowing, but gradable
+
+
+@dataclass
+class CellResult:
+    grade_id: str
+    points: float
+    max_points: float
+    message: str = ""  # the judge's message when it failed
+
+
+@dataclass
+class Result:
+    student_id: str
+    assignment: str
+    status: str
+    reason: str
+    cells: dict[str, CellResult] = field(default_factory=dict)
+    executed: dict | None = None  # the executed notebook, for feedback
+
+    @property
+    def score(self) -> float:
+        return sum(c.points for c in self.cells.values())
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_points for c in self.cells.values())
+
+
+# ---------------------------------------------------------------- finding submissions
+
+def _student_from_lms_name(name: str) -> str:
+    """Canvas-style file names: ``lastfirst_12345_67890_notebook.ipynb`` -> ``lastfirst``."""
+    return name.split("_", 1)[0] if "_" in name else Path(name).stem
+
+
+def _extract_zip(path: Path, into: Path) -> Path:
+    """Unpack an LMS zip, refusing paths that escape ``into`` and more than 2 GiB in all."""
+    with zipfile.ZipFile(path) as archive:
+        total = 0
+        for member in archive.infolist():
+            target = (into / member.filename).resolve()
+            if not str(target).startswith(str(into.resolve())):
+                raise ValueError(f"{path.name}: entry {member.filename!r} would unpack outside its folder")
+            total += member.file_size
+            if total > 2 << 30:
+                raise ValueError(f"{path.name} unpacks to more than 2 GiB")
+        archive.extractall(into)
+    return into
+
+
+def collect(submissions: Path, assignment: str, notebook_name: str, scratch: Path) -> list[Submission]:
+    """Every submission under ``submissions``, in the layouts SPEC lists.
+
+    ``SUBMISSIONS/<student>/*.ipynb``; nbgrader's ``[submitted/]<student>/<assignment>/*.ipynb``;
+    or a zip holding either layout, or LMS-style files ``<student>_..._<name>.ipynb`` side by side.
+    """
+    if submissions.is_file() and submissions.suffix == ".zip":
+        submissions = _extract_zip(submissions, scratch / "unzipped")
+        inner = [p for p in submissions.iterdir() if not p.name.startswith(("__MACOSX", "."))]
+        if len(inner) == 1 and inner[0].is_dir() and not any(inner[0].glob("*.ipynb")):
+            submissions = inner[0]
+    if not submissions.is_dir():
+        raise ValueError(f"{submissions} is neither a folder nor a .zip of submissions")
+    if (submissions / "submitted").is_dir():
+        submissions = submissions / "submitted"
+    found: list[Submission] = []
+    loose: dict[str, list[Path]] = {}
+    for entry in sorted(submissions.iterdir()):
+        if entry.name.startswith((".", "__MACOSX")):
+            continue
+        if entry.is_file() and entry.suffix == ".ipynb":
+            loose.setdefault(_student_from_lms_name(entry.name), []).append(entry)
+        elif entry.is_dir():
+            folder = entry / assignment if (entry / assignment).is_dir() else entry
+            found.append(_choose(entry.name, sorted(folder.rglob("*.ipynb")), notebook_name))
+    for student, files in loose.items():
+        found.append(_choose(student, files, notebook_name))
+    return sorted(found, key=lambda s: s.student_id)
+
+
+def _choose(student: str, notebooks: list[Path], expected: str) -> Submission:
+    notebooks = [p for p in notebooks if ".ipynb_checkpoints" not in p.parts]
+    exact = [p for p in notebooks if p.name == expected or p.name.endswith("_" + expected)]
+    if len(exact) >= 1:
+        note = "" if len(exact) == 1 else f"{len(exact)} copies; graded {exact[0].name}"
+        return Submission(student, exact[0], note=note)
+    if len(notebooks) == 1:
+        return Submission(student, notebooks[0], note=f"graded {notebooks[0].name} as {expected}")
+    if not notebooks:
+        return Submission(student, None, problem=f"empty submission: no notebook (expected {expected})")
+    names = ", ".join(p.name for p in notebooks[:5])
+    return Submission(student, None, problem=f"{len(notebooks)} notebooks ({names}) and none is named {expected}")
+
+
+# ---------------------------------------------------------------- assembling
+
+def _nbgrader(cell: dict) -> dict:
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    value = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _source(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def read_student_notebook(path: Path) -> dict:
+    """The learner's notebook as plain JSON; raises ValueError with a reason a person understands."""
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        size = path.stat().st_size >> 20
+        raise ValueError(f"{path.name} is {size} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path.name} is not a notebook: invalid JSON at line {err.lineno} ({err.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise ValueError(f"{path.name} is not a notebook: it has no list of cells")
+    return data
+
+
+def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str]]:
+    """The notebook to run: ``source`` with the learner's answers (else the release's stubs) in its
+    solution cells; and notes on what was odd. The reference solution in ``source`` never runs."""
+    notes: list[str] = []
+    answers: dict[str, str] = {}
+    extras: dict[str | None, list[str]] = {}
+    last: str | None = None
+    for cell in student["cells"]:
+        if not isinstance(cell, dict):
+            continue
+        meta = _nbgrader(cell)
+        if meta.get("solution") and isinstance(meta.get("grade_id"), str):
+            gid = meta["grade_id"]
+            if gid in answers:
+                notes.append(f"solution cell {gid} appears twice; the first was graded")
+            else:
+                answers[gid] = _source(cell)
+            last = gid
+        elif cell.get("cell_type") == "code" and not meta:
+            extras.setdefault(last, []).append(_source(cell))
+    stubs = {_nbgrader(c)["grade_id"]: _source(c) for c in release["cells"] if _nbgrader(c).get("solution")}
+    nb = json.loads(json.dumps(source))
+    cells = []
+    for cell in nb["cells"]:
+        meta = _nbgrader(cell)
+        gid = meta.get("grade_id")
+        if meta.get("grade_id") == "setup":
+            cells.append(cell)
+            cells += [nbformat.v4.new_code_cell(src) for src in extras.get(None, [])]
+            continue
+        if meta.get("solution"):
+            cell["source"] = answers.get(gid, stubs.get(gid, "raise NotImplementedError()"))
+        cells.append(cell)
+        if meta.get("solution"):
+            cells += [nbformat.v4.new_code_cell(src) for src in extras.get(gid, [])]
+    missing = [_nbgrader(c)["grade_id"] for c in nb["cells"] if _nbgrader(c).get("solution")
+               and _nbgrader(c)["grade_id"] not in answers]
+    if missing:
+        notes.append(f"no answer cell for {', '.join(missing)}")
+    nb["cells"] = cells
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+    nb["nbformat_minor"] = 4
+    return nb, notes
+
+
+def suspicious(student: dict) -> list[str]:
+    """Reasons the learner's own code deserves a person's look (answers and extra cells only)."""
+    found = []
+    for cell in student.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = _nbgrader(cell)
+        if meta and not meta.get("solution"):
+            continue
+        source = _source(cell)
+        for pattern, why in SUSPICIOUS.items():
+            if re.search(pattern, source) and why not in found:
+                found.append(why)
+    return found
+
+
+# ---------------------------------------------------------------- running and judging
+
+@dataclass(frozen=True)
+class Settings:
+    assignment: str
+    notebook_name: str
+    source: Path  # the instructor's notebook, with the hidden tests
+    release: Path  # the student release notebook
+    bundle: Path
+    limits: sandbox.Limits
+    use_sandbox: bool = True
+
+
+def grade_one(submission: Submission, settings: Settings) -> Result:
+    """Grade one submission; never raises: every failure becomes a row with a status and a reason."""
+    try:
+        return _grade_one(submission, settings)
+    except Exception as err:  # a fault of the grader itself must still leave a row
+        return Result(submission.student_id, settings.assignment, "crashed",
+                      f"the grader failed on this submission ({type(err).__name__}: {err})",
+                      _zero_cells(settings))
+
+
+def _zero_cells(settings: Settings, messages: dict[str, str] | None = None) -> dict[str, CellResult]:
+    release = json.loads(settings.release.read_text())
+    cells = {}
+    for cell in release["cells"]:
+        meta = _nbgrader(cell)
+        if meta.get("grade"):
+            gid = meta["grade_id"]
+            cells[gid] = CellResult(gid, 0.0, float(meta.get("points", 0)), (messages or {}).get(gid, ""))
+    return cells
+
+
+def _grade_one(submission: Submission, settings: Settings) -> Result:
+    row = lambda status, reason, cells=None: Result(  # noqa: E731
+        submission.student_id, settings.assignment, status, reason, cells or _zero_cells(settings))
+    if submission.notebook is None:
+        return row("invalid", submission.problem)
+    try:
+        student = read_student_notebook(submission.notebook)
+    except (ValueError, OSError) as err:
+        return row("invalid", str(err))
+    release = json.loads(settings.release.read_text())
+    assembled, notes = assemble(json.loads(settings.source.read_text()), release, student)
+    if submission.note:
+        notes.insert(0, submission.note)
+    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+        workspace = Path(tmp)
+        (workspace / "assembled.ipynb").write_text(json.dumps(assembled))
+        inside = Path(sandbox.WORK_MOUNT) if settings.use_sandbox else workspace
+        argv = [sys.executable, "-m", "autograder.runner", str(inside / "assembled.ipynb"),
+                str(inside / "executed.ipynb"), str(inside / "observations.jsonl"), str(settings.limits.cell_seconds)]
+        run = sandbox.run(argv, settings.bundle, workspace, settings.limits, settings.use_sandbox)
+        observations = workspace / "observations.jsonl"
+        data = observations.read_bytes()[:MAX_OBSERVATION_BYTES] if observations.exists() else b""
+        executed_path = workspace / "executed.ipynb"
+        executed = None
+        if executed_path.exists() and executed_path.stat().st_size <= MAX_NOTEBOOK_BYTES:
+            try:
+                executed = json.loads(executed_path.read_text())
+            except json.JSONDecodeError:
+                executed = None
+    summary = _summary(run.stdout)
+    cells, stray = _judge(settings, summary, data)
+    status, reason = _status(run, summary, assembled, stray, settings.limits)
+    flags = suspicious(student)
+    if flags and status == "ok":
+        status = "flagged"
+        reason = "the answers " + "; ".join(flags)
+    if notes:
+        reason = "; ".join(filter(None, [reason, *notes]))
+    return Result(submission.student_id, settings.assignment, status, reason, cells, executed)
+
+
+def _summary(stdout: str) -> dict | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("AUTOGRADER-RESULT "):
+            try:
+                value = json.loads(line.removeprefix("AUTOGRADER-RESULT "))
+            except json.JSONDecodeError:
+                return None
+            return value if isinstance(value, dict) and isinstance(value.get("ranges"), dict) else None
+    return None
+
+
+def _judge(settings: Settings, summary: dict | None, data: bytes) -> tuple[dict[str, CellResult], int]:
+    """Points per test cell from the records written while it ran; and how many records lay elsewhere."""
+    cells = _zero_cells(settings)
+    ranges = (summary or {}).get("ranges", {})
+    claimed = 0
+    for gid, cell in cells.items():
+        span = ranges.get(gid)
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span)):
+            cell.message = "this test did not run (the notebook stopped before it)"
+            continue
+        start, end = span
+        claimed += max(0, end - start)
+        records = [line for line in data[start:end].splitlines() if line.strip()]
+        verdicts = []
+        for line in records:
+            try:
+                record = json.loads(line)
+                if record.get("check") != gid:
+                    raise ValueError(f"a record for {record.get('check')!r} inside test {gid}")
+                judge_recorded(gid, record["observations"])
+                verdicts.append("")
+            except AssertionError as failure:
+                verdicts.append(str(failure))
+            except Exception as err:  # malformed or forged observations
+                verdicts.append(f"the check's observations could not be read ({type(err).__name__}: {err})")
+        if not verdicts:
+            cell.message = "the hidden check of this test did not run"
+        elif any(verdicts):
+            cell.message = next(v for v in verdicts if v)
+        else:
+            cell.points = cell.max_points
+    stray = len([line for line in data.splitlines() if line.strip()]) - sum(
+        len([x for x in data[s:e].splitlines() if x.strip()]) for s, e in
+        (ranges[g] for g in cells if isinstance(ranges.get(g), list) and len(ranges[g]) == 2))
+    return cells, max(0, stray)
+
+
+def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, stray: int,
+            limits: sandbox.Limits) -> tuple[str, str]:
+    stopped = (summary or {}).get("stopped")
+    if run.timed_out:
+        return "timeout", f"the notebook ran past the {limits.wall_seconds} s limit and was stopped"
+    if isinstance(stopped, dict):
+        where = _where(assembled, stopped.get("cell"))
+        if stopped.get("why") == "timeout":
+            return "timeout", f"{where} ran past the per-cell time limit"
+        return "crashed", f"the Python kernel died while running {where} (exited, crashed or ran out of memory)"
+    if summary is None:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        if "MemoryError" in run.stderr or run.returncode in (-9, 137):
+            return "crashed", f"the notebook ran out of memory ({tail})"
+        return "crashed", f"the notebook could not be run to the end ({tail})"
+    if stray:
+        return "flagged", f"{stray} hidden-check record(s) were written outside the test cells"
+    return "ok", ""
+
+
+def _where(assembled: dict, index: object) -> str:
+    if not isinstance(index, int) or not 0 <= index < len(assembled["cells"]):
+        return "a cell"
+    meta = _nbgrader(assembled["cells"][index])
+    label = meta.get("grade_id")
+    return f"cell {index + 1}" + (f" ({label})" if label else " (the learner's own cell)")
+
+
+def prepare(assignment: str, scratch: Path) -> tuple[str, Path, Path, Path]:
+    """(notebook name, source notebook, release notebook, sandbox bundle) for ``assignment``."""
+    folder = REPO_ROOT / "notebooks" / assignment
+    notebooks = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
+    source = COURSE_ROOT / "source" / assignment / notebooks[0].name if len(notebooks) == 1 else None
+    if source is None or not source.is_file():
+        known = sorted(p.name for p in (REPO_ROOT / "notebooks").iterdir() if p.is_dir())
+        raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(known)}")
+    bundle = sandbox.build_bundle(scratch / "bundle")
+    return notebooks[0].name, source, notebooks[0], bundle

@@ -1,0 +1,149 @@
+"""What grading leaves behind: grades.csv, feedback per student, a class report, and the nbgrader gradebook."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import re
+from collections import Counter
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from autograder.grading import Result  # noqa: E402
+
+COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "reason"]
+NAMED = re.compile(r"\(([^()]{4,80})\)\s*$")
+
+
+def grade_ids(results: list[Result]) -> list[str]:
+    return list(results[0].cells) if results else []
+
+
+def write_grades(results: list[Result], path: Path) -> None:
+    """``grades.csv`` per SPEC: the fixed columns, then one column per graded cell."""
+    ids = grade_ids(results)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS + ids)
+        for r in results:
+            writer.writerow([r.student_id, r.assignment, f"{r.score:g}", f"{r.max_score:g}", r.status, r.reason]
+                            + [f"{r.cells[g].points:g}" if g in r.cells else "0" for g in ids])
+
+
+def named_mistake(message: str) -> str | None:
+    """The short name a failing check gives its mistake, e.g. "softmax over the wrong axis"."""
+    found = NAMED.search(message)
+    return found.group(1) if found else None
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "_"
+
+
+def write_feedback(result: Result, folder: Path) -> Path:
+    """One HTML page per student: every test, its points, and for a failure what it means and what to try."""
+    target = folder / _safe(result.student_id) / f"{result.assignment}.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for cell in result.cells.values():
+        verdict = "passed" if cell.points == cell.max_points else "failed"
+        mistake = named_mistake(cell.message) if cell.message else None
+        rows.append(
+            f"<tr class='{verdict}'><td><code>{html.escape(cell.grade_id)}</code></td>"
+            f"<td>{cell.points:g} / {cell.max_points:g}</td><td>{verdict}</td>"
+            f"<td>{html.escape(mistake or '')}</td><td>{html.escape(cell.message)}</td></tr>")
+    status = "" if result.status == "ok" else f"<p><b>Status:</b> {html.escape(result.status)}</p>"
+    reason = f"<p><b>Note:</b> {html.escape(result.reason)}</p>" if result.reason else ""
+    target.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(result.assignment)} — "
+        f"{html.escape(result.student_id)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{html.escape(result.assignment)}: {result.score:g} / {result.max_score:g}</h1>"
+        f"<p>Student: {html.escape(result.student_id)}</p>{status}{reason}"
+        "<table><tr><th>test</th><th>points</th><th>result</th><th>named mistake</th><th>what the check found</th>"
+        f"</tr>{''.join(rows)}</table></body></html>", encoding="utf-8")
+    return target
+
+
+_CSS = ("body{font-family:sans-serif;max-width:70em;margin:2em auto}table{border-collapse:collapse;width:100%}"
+        "td,th{border:1px solid #ccc;padding:.3em .5em;vertical-align:top;text-align:left}"
+        "tr.failed td{background:#fff3f3}tr.passed td{background:#f3fff3}")
+
+
+def _png(fig: plt.Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def write_report(results: list[Result], path: Path) -> None:
+    """The class at a glance: score histogram, pass rate per check, the commonest named mistakes, statuses."""
+    ids = grade_ids(results)
+    scores = [r.score for r in results]
+    maximum = max((r.max_score for r in results), default=0)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.hist(scores, bins=min(20, max(5, int(maximum) + 1)), range=(0, max(maximum, 1)), color="#4c72b0")
+    ax.set_xlabel(f"score (out of {maximum:g})")
+    ax.set_ylabel("students")
+    histogram = _png(fig)
+    rates = [sum(r.cells[g].points == r.cells[g].max_points for r in results if g in r.cells) / max(len(results), 1)
+             for g in ids]
+    fig, ax = plt.subplots(figsize=(7, 0.28 * len(ids) + 1))
+    ax.barh(ids[::-1], rates[::-1], color="#55a868")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of students passing")
+    pass_rates = _png(fig)
+    mistakes = Counter(m for r in results for c in r.cells.values() if c.message
+                       for m in [named_mistake(c.message)] if m)
+    statuses = Counter(r.status for r in results)
+    mistake_rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in mistakes.most_common(15))
+    status_rows = "".join(f"<tr><td>{html.escape(s)}</td><td>{n}</td></tr>" for s, n in statuses.most_common())
+    unusual = "".join(
+        f"<tr><td>{html.escape(r.student_id)}</td><td>{html.escape(r.status)}</td><td>{html.escape(r.reason)}</td></tr>"
+        for r in results if r.status != "ok")
+    assignment = results[0].assignment if results else ""
+    mean = sum(scores) / len(scores) if scores else 0.0
+    path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Class report: {html.escape(assignment)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>Class report: {html.escape(assignment)}</h1>"
+        f"<p>{len(results)} submissions, mean score {mean:.1f} / {maximum:g}.</p>"
+        f"<h2>Scores</h2><img alt='score histogram' src='{histogram}'>"
+        f"<h2>Pass rate per check</h2><img alt='pass rate per check' src='{pass_rates}'>"
+        f"<h2>Most common named mistakes</h2><table><tr><th>mistake</th><th>students</th></tr>{mistake_rows}</table>"
+        f"<h2>Statuses</h2><table><tr><th>status</th><th>submissions</th></tr>{status_rows}</table>"
+        f"<h2>Submissions that need a look</h2><table><tr><th>student</th><th>status</th><th>reason</th></tr>"
+        f"{unusual}</table></body></html>", encoding="utf-8")
+
+
+def write_gradebook(results: list[Result], notebook_name: str, release: dict, db_url: str) -> None:
+    """Record every result in the nbgrader gradebook, from this one process, so `nbgrader export` sees them."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    notebook = Path(notebook_name).stem
+    if not results:
+        return
+    assignment = results[0].assignment
+    with warnings.catch_warnings(), Gradebook(db_url) as gradebook:
+        warnings.simplefilter("ignore")  # nbgrader's own SQLAlchemy session warnings on add_submission
+        gradebook.update_or_create_assignment(assignment)
+        gradebook.update_or_create_notebook(notebook, assignment)
+        for cell in release["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            if meta.get("grade"):
+                gradebook.update_or_create_grade_cell(meta["grade_id"], notebook, assignment,
+                                                      max_score=float(meta["points"]), cell_type="code")
+        for result in results:
+            gradebook.update_or_create_student(result.student_id)
+            gradebook.update_or_create_submission(assignment, result.student_id)
+            for cell in result.cells.values():
+                grade = gradebook.find_grade(cell.grade_id, notebook, assignment, result.student_id)
+                grade.auto_score = cell.points
+            gradebook.db.commit()
