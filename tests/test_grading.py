@@ -322,6 +322,24 @@ def test_lms_zip_and_nbgrader_layouts(graded, tmp_path) -> None:
         assert from_nbgrader[0].notebook.name == "self_attention.ipynb"
 
 
+def test_a_dask_cluster_gives_the_same_grades(graded, tmp_path) -> None:
+    from dask.distributed import LocalCluster
+
+    subset = tmp_path / "subset"
+    for student in ("honest", "untouched", "stray_records"):
+        shutil.copytree(graded["submissions"] / student, subset / student)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        command = [sys.executable, "-m", "autograder", "grade", A, str(subset), "--out", str(tmp_path / "o"),
+                   "--scheduler", cluster.scheduler_address, "--gradebook", f"sqlite:///{tmp_path / 'g.db'}"]
+        run = subprocess.run(command, cwd=REPO_ROOT, env=nbgrader_env(), capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    with (tmp_path / "o" / "grades.csv").open() as handle:
+        on_dask = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert set(on_dask) == {"honest", "untouched", "stray_records"}
+    for student, row in on_dask.items():
+        assert row == graded["rows"][student], student
+
+
 def test_refuses_without_a_working_sandbox(tmp_path) -> None:
     env = {**nbgrader_env(), "PATH": str(Path(sys.executable).parent)}  # no bwrap on this PATH
     run = subprocess.run([sys.executable, "-m", "autograder", "grade", A, str(tmp_path), "--out", str(tmp_path / "o")],

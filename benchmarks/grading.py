@@ -1,0 +1,115 @@
+"""Grading speed: `python -m autograder grade` (sandboxed, parallel) against stock serial `nbgrader autograde`.
+
+    python benchmarks/grading.py [--students 60] [--workers 2] [--assignment 01_self_attention]
+
+Builds a synthetic class (correct answers, untouched stubs and two kinds of wrong answer, in turn), grades
+it both ways, checks that both give every student the same score, and prints seconds per submission and
+the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from notebook_grading import ASSIGNMENTS, release_notebook, replace_solution, source_notebook  # noqa: E402
+
+from autograder.release import make_course_copy, nbgrader_env, run_nbgrader  # noqa: E402
+
+WRONG = {
+    "softmax": "def softmax(x, dim=-1):\n    e = torch.exp(x)\n    return e / e.sum(dim=0, keepdim=True)\n",
+    "scaled_dot_product_attention": (
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    weights = softmax(q @ k.transpose(-2, -1), dim=-1)\n    return weights @ v, weights\n"),
+}
+
+
+def synthetic_class(assignment: str, students: int) -> dict[str, nbformat.NotebookNode]:
+    kinds = ["correct", "untouched", "wrong_softmax", "wrong_attention"]
+    notebooks = {}
+    for index in range(students):
+        kind = kinds[index % len(kinds)]
+        if kind == "untouched":
+            nb = nbformat.read(release_notebook(assignment), 4)
+        else:
+            nb = nbformat.read(source_notebook(assignment), 4)
+            if kind.startswith("wrong") and assignment == "01_self_attention":
+                target = "softmax" if kind == "wrong_softmax" else "scaled_dot_product_attention"
+                replace_solution(nb, target, WRONG[target])
+        notebooks[f"s{index:03d}_{kind}"] = nb
+    return notebooks
+
+
+def ours(assignment: str, notebooks: dict, workers: int, root: Path) -> tuple[float, dict[str, float]]:
+    name = ASSIGNMENTS[assignment][0]
+    for student, nb in notebooks.items():
+        (root / "class" / student).mkdir(parents=True)
+        nbformat.write(nb, root / "class" / student / name)
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(root / "class"),
+                          "--out", str(root / "out"), "--workers", str(workers),
+                          "--gradebook", f"sqlite:///{root / 'ours.db'}"],
+                         cwd=REPO, env=nbgrader_env(), capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if run.returncode != 0:
+        raise SystemExit(run.stderr[-3000:])
+    with (root / "out" / "grades.csv").open() as handle:
+        return seconds, {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+
+
+def stock(assignment: str, notebooks: dict, root: Path) -> tuple[float, dict[str, float]]:
+    from nbgrader.api import Gradebook
+
+    name = ASSIGNMENTS[assignment][0]
+    course = make_course_copy(root / "course", [assignment])
+    run_nbgrader(["generate_assignment", assignment, "--force"], course)
+    for student, nb in notebooks.items():
+        folder = course / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / name)
+    started = time.perf_counter()
+    run_nbgrader(["autograde", assignment, "--force"], course)
+    seconds = time.perf_counter() - started
+    scores = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for student in notebooks:
+            scores[student] = float(gradebook.find_submission(assignment, student).score)
+    return seconds, scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, default=60)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--assignment", default="01_self_attention")
+    args = parser.parse_args()
+    notebooks = synthetic_class(args.assignment, args.students)
+    with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
+        root = Path(tmp)
+        ours_seconds, ours_scores = ours(args.assignment, notebooks, args.workers, root)
+        stock_seconds, stock_scores = stock(args.assignment, notebooks, root)
+        shutil.rmtree(root / "course", ignore_errors=True)
+    disagree = {s: (ours_scores.get(s), stock_scores.get(s))
+                for s in notebooks if ours_scores.get(s) != stock_scores.get(s)}
+    n = len(notebooks)
+    print(f"{'grader':<44} {'seconds':>9} {'s/submission':>13}")
+    print(f"{'stock nbgrader autograde (serial, no sandbox)':<44} {stock_seconds:>9.1f} {stock_seconds / n:>13.2f}")
+    print(f"{f'python -m autograder grade (sandbox, {args.workers} workers)':<44} {ours_seconds:>9.1f} "
+          f"{ours_seconds / n:>13.2f}")
+    print(f"ratio (stock / ours): {stock_seconds / ours_seconds:.2f}x   submissions: {n}")
+    print("scores agree for every student" if not disagree else f"scores differ: {disagree}")
+
+
+if __name__ == "__main__":
+    main()
