@@ -41,7 +41,8 @@ MAX_NOTEBOOK_BYTES = 20 << 20
 MAX_OBSERVATION_BYTES = 64 << 20
 #: Source patterns that have no place in an honest answer; a match flags the submission for a person to look at.
 SUSPICIOUS = {
-    r"\b(autograder|solutions|gradebook|nbgrader)\b": "refers to the grader or the reference",
+    r"\b(import|from)\s+(autograder|solutions|nbgrader)\b|__import__|importlib|gradebook\.db":
+        "imports the grader or the reference",
     r"\brun_check\b|AUTOGRADER_OBSERVATIONS": "touches the hidden checks",
     r"torch\.(allclose|equal|testing)\s*=|builtins\.|__builtins__": "replaces built-in or comparison functions",
     r"sys\.(modules|meta_path|path_hooks|settrace|setprofile)|inspect\.(stack|currentframe)|sys\._getframe":
@@ -198,6 +199,8 @@ def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str
         elif cell.get("cell_type") == "code" and not meta:
             extras.setdefault(last, []).append(_source(cell))
     stubs = {_nbgrader(c)["grade_id"]: _source(c) for c in release["cells"] if _nbgrader(c).get("solution")}
+    given = {_source(c).strip() for c in source["cells"]}  # the learner's untouched copies of our cells
+    extras = {k: [src for src in v if src.strip() and src.strip() not in given] for k, v in extras.items()}
     nb = json.loads(json.dumps(source))
     cells = []
     for cell in nb["cells"]:
