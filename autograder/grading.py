@@ -74,7 +74,6 @@ class Result:
     status: str
     reason: str
     cells: dict[str, CellResult] = field(default_factory=dict)
-    executed: dict | None = None  # the executed notebook, for feedback
 
     @property
     def score(self) -> float:
@@ -298,13 +297,6 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         run = sandbox.run(argv, settings.bundle, workspace, settings.limits, settings.use_sandbox)
         observations = workspace / "observations.jsonl"
         data = observations.read_bytes()[:MAX_OBSERVATION_BYTES] if observations.exists() else b""
-        executed_path = workspace / "executed.ipynb"
-        executed = None
-        if executed_path.exists() and executed_path.stat().st_size <= MAX_NOTEBOOK_BYTES:
-            try:
-                executed = json.loads(executed_path.read_text())
-            except json.JSONDecodeError:
-                executed = None
     summary = _summary(run.stdout)
     cells, stray = _judge(settings, summary, data)
     status, reason = _status(run, summary, assembled, stray, settings.limits)
@@ -314,7 +306,7 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         reason = "the answers " + "; ".join(flags)
     if notes:
         reason = "; ".join(filter(None, [reason, *notes]))
-    return Result(submission.student_id, settings.assignment, status, reason, cells, executed)
+    return Result(submission.student_id, settings.assignment, status, reason, cells)
 
 
 def _summary(stdout: str) -> dict | None:
