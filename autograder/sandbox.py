@@ -94,11 +94,12 @@ def command(argv: list[str], bundle: Path, workspace: Path, limits: Limits) -> l
     """The bwrap command line that runs ``argv`` inside the sandbox."""
     return [
         "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        # the private /tmp first: bwrap mounts in order, and the venv may itself live under /tmp
+        "--size", str(limits.workspace_bytes), "--tmpfs", "/tmp",
         *_system_binds(),
         "--ro-bind", str(bundle), BUNDLE_MOUNT,
         "--bind", str(workspace), WORK_MOUNT,
         "--proc", "/proc", "--dev", "/dev",
-        "--size", str(limits.workspace_bytes), "--tmpfs", "/tmp",
         "--chdir", WORK_MOUNT,
         "--clearenv",
         "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
