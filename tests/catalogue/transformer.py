@@ -1,0 +1,1065 @@
+"""Chapter 6 catalogue: plausible wrong answers (each must lose points with a message naming its
+mistake) and correct alternatives (each must keep full marks).
+
+Every entry is written the way a learner would write it, using only the names
+the exercise notebook gives (``math``, ``torch``, ``F``, ``nn``, ``Tensor``,
+``dataclass`` and the helpers of its setup cell — ``Attention``,
+``causal_mask``, ``padding_mask``, ``positional_table`` — repeated here) and,
+where the exercise builds on an earlier one, that earlier exercise, which the
+catalogue tests supply from the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from catalogue import Entry
+from solutions.transformer import DecoderLayer, EncoderLayer, FeedForward, TransformerConfig
+
+
+class Attention(nn.MultiheadAttention):
+    """The notebook's given helper: nn.MultiheadAttention with this course's masks (True = may attend)."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__(d_model, n_heads, dropout=dropout, batch_first=True)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        blocked = None
+        if mask is not None:
+            mask = mask.expand(query.shape[0], query.shape[1], key.shape[1])  # (B, T_q, T_k)
+            empty = ~mask.any(dim=-1, keepdim=True)  # (B, T_q, 1): queries with no key at all
+            blocked = (~mask & ~empty).repeat_interleave(self.num_heads, dim=0)
+        out, weights = super().forward(query, key, value, attn_mask=blocked, average_attn_weights=False)
+        if mask is not None:
+            weights = weights.masked_fill(empty.unsqueeze(1), 0.0)
+            out = torch.where(empty, self.out_proj.bias, out)
+        return out, weights
+
+
+def causal_mask(t: int, device: torch.device | str | None = None) -> Tensor:
+    return torch.ones(t, t, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    return (tokens != pad_id).unsqueeze(1)
+
+
+def positional_table(max_len: int, d_model: int) -> Tensor:
+    position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table
+
+
+# ================================================================ FeedForward
+
+
+class _FF(nn.Module):
+    """The learner's ``__init__``, shared by the FeedForward entries whose mistake is in ``forward``."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+
+class FFNoRelu(_FF):
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x)))
+
+
+class FFReluAfter(_FF):
+    def forward(self, x):
+        return torch.relu(self.linear2(self.dropout(self.linear1(x))))
+
+
+class FFGelu(_FF):
+    def forward(self, x):
+        return self.linear2(self.dropout(F.gelu(self.linear1(x))))
+
+
+class FFResidual(_FF):
+    def forward(self, x):
+        return x + self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class FFDropoutInEval(_FF):
+    def forward(self, x):
+        return self.linear2(F.dropout(torch.relu(self.linear1(x)), self.p))  # F.dropout's training defaults to True
+
+
+class FFDropoutAfter(_FF):
+    def forward(self, x):
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))
+
+
+class FFNoBias(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff, bias=False)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class FFFourTimes(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, 4 * d_model)  # "d_ff is always 4 d_model"
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class FFSequential(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+
+class FFFunctional(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.p = dropout
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.dropout(self.up(x), self.p, training=self.training)  # dropping before the ReLU is the same
+        return self.down(F.relu(hidden))
+
+
+# ================================================================ EncoderLayer
+
+
+class _Enc(nn.Module):
+    """The learner's ``__init__``, shared by the EncoderLayer entries whose mistake is in ``forward``."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first, self.p = norm_first, dropout
+        self.self_attn = Attention(d_model, n_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def sa(self, x, mask):
+        return self.dropout(self.self_attn(x, x, x, mask)[0])
+
+    def fwd(self, x):
+        return self.dropout(self.ff(x))
+
+
+class EncNoResidualAttn(_Enc):
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = self.sa(self.norm1(x), src_mask)
+            return x + self.fwd(self.norm2(x))
+        x = self.norm1(self.sa(x, src_mask))
+        return self.norm2(x + self.fwd(x))
+
+
+class EncAlwaysPreNorm(_Enc):
+    def forward(self, x, src_mask=None):
+        x = x + self.sa(self.norm1(x), src_mask)
+        return x + self.fwd(self.norm2(x))
+
+
+class EncPlacementSwapped(_Enc):
+    def forward(self, x, src_mask=None):
+        if not self.norm_first:  # "norm first" read as "the norm comes first in the formula"
+            x = x + self.sa(self.norm1(x), src_mask)
+            return x + self.fwd(self.norm2(x))
+        x = self.norm1(x + self.sa(x, src_mask))
+        return self.norm2(x + self.fwd(x))
+
+
+class EncMaskIgnored(_Enc):
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), None)
+            return x + self.fwd(self.norm2(x))
+        x = self.norm1(x + self.sa(x, None))
+        return self.norm2(x + self.fwd(x))
+
+
+class EncDropoutInEval(_Enc):
+    def forward(self, x, src_mask=None):
+        drop = lambda t: F.dropout(t, self.p)  # noqa: E731  training defaults to True
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + drop(self.self_attn(h, h, h, src_mask)[0])
+            return x + drop(self.ff(self.norm2(x)))
+        x = self.norm1(x + drop(self.self_attn(x, x, x, src_mask)[0]))
+        return self.norm2(x + drop(self.ff(x)))
+
+
+class EncNormsSwapped(_Enc):
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm2(x), src_mask)
+            return x + self.fwd(self.norm1(x))
+        x = self.norm2(x + self.sa(x, src_mask))
+        return self.norm1(x + self.fwd(x))
+
+
+class EncOneNorm(_Enc):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.norm1 = self.norm2 = nn.LayerNorm(d_model)  # "a LayerNorm has no state worth two copies"
+
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), src_mask)
+            return x + self.fwd(self.norm1(x))
+        x = self.norm1(x + self.sa(x, src_mask))
+        return self.norm1(x + self.fwd(x))
+
+
+class EncResidualAfterNorm(_Enc):
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), src_mask)
+            return x + self.fwd(self.norm2(x))
+        x = x + self.norm1(self.sa(x, src_mask))
+        return x + self.norm2(self.fwd(x))
+
+
+class EncNoDropout(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = Attention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+
+    def forward(self, x, src_mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, src_mask)[0]
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.self_attn(x, x, x, src_mask)[0])
+        return self.norm2(x + self.ff(x))
+
+
+def _torch_attend(attn: nn.MultiheadAttention, x: Tensor, source: Tensor, mask: Tensor | None) -> Tensor:
+    """nn.MultiheadAttention called directly, with the course's mask turned into PyTorch's convention."""
+    blocked = None
+    if mask is not None:
+        full = mask.expand(x.shape[0], x.shape[1], source.shape[1])
+        blocked = ~full.repeat_interleave(attn.num_heads, dim=0)  # PyTorch: True = may not attend
+    return attn(x, source, source, attn_mask=blocked, need_weights=False)[0]
+
+
+class EncTorchAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.drop1(_torch_attend(self.self_attn, h, h, src_mask))
+            return x + self.drop2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self.drop1(_torch_attend(self.self_attn, x, x, src_mask)))
+        return self.norm2(x + self.drop2(self.ff(x)))
+
+
+class MyMultiHeadAttention(nn.Module):
+    """A learner's own Chapter 4 module, pasted in: Linear layers w_q, w_k, w_v, w_o."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.n_heads, self.p = n_heads, dropout
+        self.w_q, self.w_k = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.w_v, self.w_o = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, None]:
+        split = lambda t: t.unflatten(-1, (self.n_heads, -1)).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.w_q(query)), split(self.w_k(key)), split(self.w_v(value))
+        mask = None if mask is None else mask.unsqueeze(-3)  # (..., T_q, T_k) -> (..., 1, T_q, T_k): every head
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0)
+        return self.w_o(heads.transpose(1, 2).flatten(-2)), None
+
+
+class EncResidualHelper(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = MyMultiHeadAttention(d_model, n_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def block(self, x: Tensor, norm: nn.LayerNorm, sublayer) -> Tensor:  # noqa: ANN001
+        if self.norm_first:
+            return x + self.drop(sublayer(norm(x)))
+        return norm(x + self.drop(sublayer(x)))
+
+    def forward(self, x: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        x = self.block(x, self.norm1, lambda h: self.self_attn(h, h, h, src_mask)[0])
+        return self.block(x, self.norm2, self.ff)
+
+
+# ================================================================ DecoderLayer
+
+
+class _Dec(nn.Module):
+    """The learner's ``__init__``, shared by the DecoderLayer entries whose mistake is in ``forward``."""
+
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.norm_first, self.p = norm_first, dropout
+        self.self_attn = Attention(d_model, n_heads, dropout)
+        self.cross_attn = Attention(d_model, n_heads, dropout)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def sa(self, x, mask):
+        return self.dropout(self.self_attn(x, x, x, mask)[0])
+
+    def ca(self, x, memory, mask):
+        return self.dropout(self.cross_attn(x, memory, memory, mask)[0])
+
+    def fwd(self, x):
+        return self.dropout(self.ff(x))
+
+    def run(self, x, memory, tgt_mask, memory_mask, ca=None):
+        ca = ca or self.ca
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), tgt_mask)
+            x = x + ca(self.norm2(x), memory, memory_mask)
+            return x + self.fwd(self.norm3(x))
+        x = self.norm1(x + self.sa(x, tgt_mask))
+        x = self.norm2(x + ca(x, memory, memory_mask))
+        return self.norm3(x + self.fwd(x))
+
+
+class DecCrossFromDecoder(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.run(x, memory, tgt_mask, memory_mask,
+                        ca=lambda h, m, mask: self.dropout(self.cross_attn(h, h, h, mask)[0]))
+
+
+class DecMemoryMaskIgnored(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.run(x, memory, tgt_mask, None)
+
+
+class DecTgtMaskIgnored(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.run(x, memory, None, memory_mask)
+
+
+class DecNoResidualCross(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), tgt_mask)
+            x = self.ca(self.norm2(x), memory, memory_mask)
+            return x + self.fwd(self.norm3(x))
+        x = self.norm1(x + self.sa(x, tgt_mask))
+        x = self.norm2(self.ca(x, memory, memory_mask))
+        return self.norm3(x + self.fwd(x))
+
+
+class DecAlwaysPreNorm(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        x = x + self.sa(self.norm1(x), tgt_mask)
+        x = x + self.ca(self.norm2(x), memory, memory_mask)
+        return x + self.fwd(self.norm3(x))
+
+
+class DecCrossFirst(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        if self.norm_first:
+            x = x + self.ca(self.norm1(x), memory, memory_mask)
+            x = x + self.sa(self.norm2(x), tgt_mask)
+            return x + self.fwd(self.norm3(x))
+        x = self.norm1(x + self.ca(x, memory, memory_mask))
+        x = self.norm2(x + self.sa(x, tgt_mask))
+        return self.norm3(x + self.fwd(x))
+
+
+class DecSharedAttention(_Dec):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.cross_attn = self.self_attn  # "attention is attention"
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.run(x, memory, tgt_mask, memory_mask)
+
+
+class DecDropoutInEval(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        drop = lambda t: F.dropout(t, self.p)  # noqa: E731  training defaults to True
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + drop(self.self_attn(h, h, h, tgt_mask)[0])
+            h = self.norm2(x)
+            x = x + drop(self.cross_attn(h, memory, memory, memory_mask)[0])
+            return x + drop(self.ff(self.norm3(x)))
+        x = self.norm1(x + drop(self.self_attn(x, x, x, tgt_mask)[0]))
+        x = self.norm2(x + drop(self.cross_attn(x, memory, memory, memory_mask)[0]))
+        return self.norm3(x + drop(self.ff(x)))
+
+
+class DecTorchAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1, norm_first: bool = False) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.self_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.cross_attn = nn.MultiheadAttention(d_model, n_heads, dropout=dropout, batch_first=True)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.drops = nn.ModuleList(nn.Dropout(dropout) for _ in range(3))
+
+    def forward(self, x: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None) -> Tensor:
+        sublayers = [
+            (self.norm1, lambda h: _torch_attend(self.self_attn, h, h, tgt_mask)),
+            (self.norm2, lambda h: _torch_attend(self.cross_attn, h, memory, memory_mask)),
+            (self.norm3, self.ff),
+        ]
+        for (norm, sublayer), drop in zip(sublayers, self.drops):
+            x = x + drop(sublayer(norm(x))) if self.norm_first else norm(x + drop(sublayer(x)))
+        return x
+
+
+class DecOwnAttention(_Dec):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__(d_model, n_heads, d_ff, dropout, norm_first)
+        self.self_attn = MyMultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MyMultiHeadAttention(d_model, n_heads, dropout)
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        return self.run(x, memory, tgt_mask, memory_mask)
+
+
+# ================================================================ TransformerConfig
+
+
+def _check(config) -> None:
+    if config.d_model % config.n_heads:
+        raise ValueError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
+    if config.d_model % 2:
+        raise ValueError(f"d_model={config.d_model} must be even")
+
+
+@dataclass
+class CfgDropoutZero:
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.0  # "dropout is for later"
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = False
+
+    def __post_init__(self):
+        _check(self)
+
+
+@dataclass
+class CfgPreNormDefault:
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = True  # "everyone uses pre-norm now"
+
+    def __post_init__(self):
+        _check(self)
+
+
+@dataclass
+class CfgMaxLen5000:
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 5000  # the default of many positional-encoding tutorials
+    pad_id: int = 0
+    norm_first: bool = False
+
+    def __post_init__(self):
+        _check(self)
+
+
+@dataclass
+class CfgNoChecks:
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = False
+
+
+class CfgPlainClass:
+    def __init__(self, src_vocab, tgt_vocab, d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, max_len=512,
+                 pad_id=0, norm_first=False):
+        self.src_vocab, self.tgt_vocab, self.d_model, self.n_heads = src_vocab, tgt_vocab, d_model, n_heads
+        self.n_layers, self.d_ff, self.dropout, self.max_len = n_layers, d_ff, dropout, max_len
+        self.pad_id, self.norm_first = pad_id, norm_first
+        _check(self)
+
+
+@dataclass
+class CfgVocabDefaults:
+    src_vocab: int = 32000  # "a typical vocabulary"
+    tgt_vocab: int = 32000
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    pad_id: int = 0
+    norm_first: bool = False
+
+    def __post_init__(self):
+        _check(self)
+
+
+@dataclass(frozen=True)
+class CfgFrozen:
+    src_vocab: int  # source vocabulary size
+    tgt_vocab: int  # target vocabulary size
+    d_model: int = 512  # model width
+    n_heads: int = 8  # heads
+    n_layers: int = 6  # layers per stack
+    d_ff: int = 2048  # feed-forward width
+    dropout: float = 0.1  # dropout
+    max_len: int = 512  # longest sequence
+    pad_id: int = 0  # padding id
+    norm_first: bool = False  # pre-norm?
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads != 0 or self.d_model % 2 != 0:
+            raise ValueError(f"d_model={self.d_model} must be even and divisible by n_heads={self.n_heads}")
+
+
+@dataclass
+class CfgFields:
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int = field(default=512)
+    n_heads: int = field(default=8)
+    n_layers: int = field(default=6)
+    d_ff: int = field(default=2048)
+    dropout: float = field(default=0.1)
+    max_len: int = field(default=512)
+    pad_id: int = field(default=0)
+    norm_first: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.d_model % self.n_heads:
+            problems.append(f"n_heads={self.n_heads} does not divide d_model={self.d_model}")
+        if self.d_model % 2:
+            problems.append(f"d_model={self.d_model} is odd; the sinusoids need pairs")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+# ================================================================ Transformer
+
+
+class _Model(nn.Module):
+    """The learner's ``__init__``, shared by the Transformer entries whose mistake is elsewhere."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = c = config
+        self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
+        nn.init.normal_(self.src_embed.weight, std=c.d_model**-0.5)
+        nn.init.normal_(self.tgt_embed.weight, std=c.d_model**-0.5)
+        self.register_buffer("pe", positional_table(c.max_len, c.d_model))
+        self.dropout = nn.Dropout(c.dropout)
+        sizes = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
+        self.encoder_layers = nn.ModuleList([EncoderLayer(*sizes) for _ in range(c.n_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderLayer(*sizes) for _ in range(c.n_layers)])
+        self.encoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(c.d_model) if c.norm_first else nn.Identity()
+        self.out = nn.Linear(c.d_model, c.tgt_vocab)
+
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t > self.config.max_len:
+            raise ValueError(f"length {t} > max_len={self.config.max_len}")
+        return self.dropout(table(tokens) * math.sqrt(self.config.d_model) + self.pe[:t])
+
+    def encode(self, src):
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def masks(self, tgt_in, src):
+        pad = self.config.pad_id
+        tgt_mask = causal_mask(tgt_in.shape[1], device=tgt_in.device) & padding_mask(tgt_in, pad)
+        return tgt_mask, padding_mask(src, pad)
+
+    def decode(self, tgt_in, memory, src):
+        tgt_mask, memory_mask = self.masks(tgt_in, src)
+        x = self.embed(tgt_in, self.tgt_embed)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.out(self.decoder_norm(x))
+
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, self.encode(src), src)
+
+
+class TNoCausalMask(_Model):
+    def masks(self, tgt_in, src):
+        pad = self.config.pad_id
+        return padding_mask(tgt_in, pad), padding_mask(src, pad)
+
+
+class TMemoryMaskIgnored(_Model):
+    def masks(self, tgt_in, src):
+        tgt_mask, _ = super().masks(tgt_in, src)
+        return tgt_mask, None
+
+
+class TNotScaled(_Model):
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t > self.config.max_len:
+            raise ValueError(f"length {t} > max_len={self.config.max_len}")
+        return self.dropout(table(tokens) + self.pe[:t])
+
+
+class TNoPositions(_Model):
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t > self.config.max_len:
+            raise ValueError(f"length {t} > max_len={self.config.max_len}")
+        return self.dropout(table(tokens) * math.sqrt(self.config.d_model))
+
+
+class TSourceMaskIgnored(_Model):
+    def encode(self, src):
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x)
+        return self.encoder_norm(x)
+
+
+class TFinalNormUnused(_Model):
+    def encode(self, src):
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return x  # encoder_norm created, never applied
+
+
+class TLayersNotChained(_Model):
+    def encode(self, src):
+        src_mask = padding_mask(src, self.config.pad_id)
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            out = layer(x, src_mask)
+        return self.encoder_norm(out)
+
+
+class TPadIdZero(_Model):
+    def encode(self, src):
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask(src, 0))
+        return self.encoder_norm(x)
+
+    def masks(self, tgt_in, src):
+        tgt_mask = causal_mask(tgt_in.shape[1], device=tgt_in.device) & padding_mask(tgt_in, 0)
+        return tgt_mask, padding_mask(src, 0)
+
+
+class TMaskOnCpu(_Model):
+    def masks(self, tgt_in, src):
+        pad = self.config.pad_id
+        return causal_mask(tgt_in.shape[1]) & padding_mask(tgt_in, pad), padding_mask(src, pad)
+
+
+class TNoLengthCheck(_Model):
+    def embed(self, tokens, table):
+        return self.dropout(table(tokens) * math.sqrt(self.config.d_model) + self.pe[: tokens.shape[1]])
+
+
+class TDefaultInit(_Model):
+    def __init__(self, config):
+        super().__init__(config)
+        self.src_embed = nn.Embedding(config.src_vocab, config.d_model)  # PyTorch's default: N(0, 1)
+        self.tgt_embed = nn.Embedding(config.tgt_vocab, config.d_model)
+
+
+class TDetachedMemory(_Model):
+    def forward(self, src, tgt_in):
+        return self.decode(tgt_in, self.encode(src).detach(), src)
+
+
+class TOnTheFly(nn.Module):
+    """Positions computed in embed on the tokens' device, masks with triu and logical_and, norms always built."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.src_embed, self.tgt_embed = nn.Embedding(config.src_vocab, d), nn.Embedding(config.tgt_vocab, d)
+        for table in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(table.weight, mean=0.0, std=1 / math.sqrt(d))
+        layer = (d, config.n_heads, config.d_ff, config.dropout, config.norm_first)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer) for _ in range(config.n_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer) for _ in range(config.n_layers))
+        self.encoder_norm, self.decoder_norm = nn.LayerNorm(d), nn.LayerNorm(d)  # used only with norm_first
+        self.out = nn.Linear(d, config.tgt_vocab)
+        self.drop = nn.Dropout(config.dropout)
+
+    def embed(self, tokens: Tensor, table: nn.Embedding) -> Tensor:
+        b, t = tokens.shape
+        if t > self.config.max_len:
+            raise ValueError(f"got {t} tokens, but max_len is {self.config.max_len}")
+        x = table(tokens) * self.config.d_model**0.5
+        return self.drop(x + positional_table(t, self.config.d_model).to(x.device, x.dtype))
+
+    def _final(self, norm: nn.LayerNorm, x: Tensor) -> Tensor:
+        return norm(x) if self.config.norm_first else x
+
+    def encode(self, src: Tensor) -> Tensor:
+        keep = (src != self.config.pad_id)[:, None, :]
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x, keep)
+        return self._final(self.encoder_norm, x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        t = tgt_in.shape[1]
+        future = torch.triu(torch.ones(t, t, dtype=torch.bool, device=tgt_in.device), diagonal=1)
+        tgt_mask = torch.logical_and(~future, (tgt_in != self.config.pad_id)[:, None, :])
+        x = self.embed(tgt_in, self.tgt_embed)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, tgt_mask, (src != self.config.pad_id)[:, None, :])
+        return self.out(self._final(self.decoder_norm, x))
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        return self.decode(tgt_in, self.encode(src), src)
+
+
+class TSharedStack(_Model):
+    """One generic stack runner and one embedding helper for both sides."""
+
+    def run(self, layers: nn.ModuleList, x: Tensor, *args: Tensor) -> Tensor:
+        for layer in layers:
+            x = layer(x, *args)
+        return x
+
+    def encode(self, src: Tensor) -> Tensor:
+        x = self.run(self.encoder_layers, self.embed(src, self.src_embed), padding_mask(src, self.config.pad_id))
+        return self.encoder_norm(x)
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src: Tensor) -> Tensor:
+        pad = self.config.pad_id
+        tgt_mask = padding_mask(tgt_in, pad) * causal_mask(tgt_in.shape[1], tgt_in.device)  # bool * bool is AND
+        x = self.run(self.decoder_layers, self.embed(tgt_in, self.tgt_embed), memory, tgt_mask,
+                     padding_mask(src, pad))
+        return self.out(self.decoder_norm(x))
+
+
+# ================================================================ greedy_decode
+
+
+def greedy_first_position(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        while ys.shape[1] < max_len and not done.all():
+            token = model.decode(ys, memory, src)[:, 0].argmax(dim=-1)
+            token = token.masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
+
+
+def greedy_never_stops(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_len - 1):
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
+            token = token.masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
+
+
+def greedy_no_padding(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        while ys.shape[1] < max_len:
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            if (ys == end_id).any(dim=1).all():
+                break
+    return ys
+
+
+def greedy_pad_zero(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        while ys.shape[1] < max_len and not done.all():
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, 0)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
+
+
+def greedy_max_len_plus_one(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        for _ in range(max_len):  # max_len new tokens
+            if done.all():
+                break
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
+
+
+def greedy_stops_at_first_end(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        while ys.shape[1] < max_len:
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            if (token == end_id).any():
+                break
+    return ys
+
+
+def greedy_training_mode(model, src, start_id, end_id, max_len):
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        while ys.shape[1] < max_len and not done.all():
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
+
+
+def greedy_without_start(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        while ys.shape[1] < max_len and not done.all():
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys[:, 1:]  # "the caller knows it starts with <start>"
+
+
+def greedy_float_buffer(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], max_len), float(model.config.pad_id))
+        ys[:, 0] = start_id
+        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        length = 1
+        while length < max_len and not done.all():
+            token = model.decode(ys[:, :length].long(), memory, src)[:, -1].argmax(dim=-1)
+            ys[:, length] = token.masked_fill(done, model.config.pad_id).float()
+            done |= token == end_id
+            length += 1
+    return ys[:, :length]
+
+
+def greedy_preallocated(model, src, start_id, end_id, max_len):
+    model.eval()
+    batch = src.shape[0]
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((batch, max_len), model.config.pad_id, dtype=torch.long, device=src.device)
+        ys[:, 0] = start_id
+        finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+        length = 1
+        while length < max_len and not finished.all():
+            logits = model.decode(ys[:, :length], memory, src)
+            token = torch.where(finished, ys[:, length], logits[:, -1].argmax(-1))
+            ys[:, length] = token
+            finished = finished | (token == end_id)
+            length += 1
+    return ys[:, :length]
+
+
+def greedy_row_by_row(model, src, start_id, end_id, max_len):
+    model.eval()
+    rows = []
+    with torch.inference_mode():
+        for i in range(src.shape[0]):
+            one = src[i:i + 1]
+            memory = model.encode(one)
+            ys = [start_id]
+            while len(ys) < max_len and ys[-1] != end_id:
+                logits = model.decode(torch.tensor([ys], device=src.device), memory, one)
+                ys.append(int(logits[0, -1].argmax()))
+            rows.append(ys)
+    longest = max(len(r) for r in rows)
+    padded = [r + [model.config.pad_id] * (longest - len(r)) for r in rows]
+    return torch.tensor(padded, dtype=torch.long, device=src.device)
+
+
+def greedy_with_forward(model, src, start_id, end_id, max_len):
+    was_training = model.training
+    model.eval()
+    out = src.new_full((src.shape[0], 1), start_id).long()
+    alive = torch.ones(src.shape[0], dtype=torch.bool, device=src.device)
+    with torch.no_grad():
+        for _ in range(max_len - 1):
+            if not alive.any():
+                break
+            nxt = model(src, out)[:, -1, :].argmax(-1)  # teacher-forcing forward on what we have so far
+            nxt = torch.where(alive, nxt, torch.full_like(nxt, model.config.pad_id))
+            out = torch.cat((out, nxt.unsqueeze(-1)), dim=-1)
+            alive = alive & (nxt != end_id)
+    model.train(was_training)
+    return out
+
+
+# ================================================================ the catalogue
+
+WRONG = [
+    Entry("FeedForward", "ReLU missing", FFNoRelu, ("ReLU missing",)),
+    Entry("FeedForward", "ReLU after the second Linear", FFReluAfter, ("ReLU after the second Linear",)),
+    Entry("FeedForward", "GELU instead of ReLU", FFGelu, ("GELU instead of ReLU",)),
+    Entry("FeedForward", "residual inside", FFResidual, ("residual added inside FeedForward",)),
+    Entry("FeedForward", "F.dropout without training=", FFDropoutInEval, ("dropout applied in eval mode",)),
+    Entry("FeedForward", "dropout after the second Linear", FFDropoutAfter, ("dropout after the second Linear",)),
+    Entry("FeedForward", "Linear layers without bias", FFNoBias, ("no bias",)),
+    Entry("FeedForward", "d_ff ignored", FFFourTimes, ("d_ff ignored",)),
+    Entry("EncoderLayer", "no residual around the attention", EncNoResidualAttn,
+          ("residual missing around the attention",)),
+    Entry("EncoderLayer", "always pre-norm", EncAlwaysPreNorm, ("pre-norm when norm_first=False",)),
+    Entry("EncoderLayer", "norm placement swapped", EncPlacementSwapped,
+          ("pre-norm when norm_first=False", "post-norm when norm_first=True")),
+    Entry("EncoderLayer", "src_mask ignored", EncMaskIgnored, ("src_mask ignored",)),
+    Entry("EncoderLayer", "F.dropout in eval mode", EncDropoutInEval, ("dropout applied in eval mode",)),
+    Entry("EncoderLayer", "norms swapped", EncNormsSwapped, ("norm1 and norm2 swapped",)),
+    Entry("EncoderLayer", "one LayerNorm for both blocks", EncOneNorm, ("one LayerNorm for every block",)),
+    Entry("EncoderLayer", "residual added after the norm", EncResidualAfterNorm,
+          ("residual added after the LayerNorm",)),
+    Entry("EncoderLayer", "dropout ignored", EncNoDropout, ("dropout ignored",)),
+    Entry("DecoderLayer", "cross-attention keys from the decoder", DecCrossFromDecoder,
+          ("cross-attention keys from the decoder",)),
+    Entry("DecoderLayer", "memory mask ignored", DecMemoryMaskIgnored, ("memory mask ignored",)),
+    Entry("DecoderLayer", "tgt_mask ignored", DecTgtMaskIgnored, ("tgt_mask ignored",)),
+    Entry("DecoderLayer", "no residual around the cross-attention", DecNoResidualCross,
+          ("residual missing around the cross-attention",)),
+    Entry("DecoderLayer", "always pre-norm", DecAlwaysPreNorm, ("pre-norm when norm_first=False",)),
+    Entry("DecoderLayer", "cross-attention first", DecCrossFirst, ("cross-attention before self-attention",)),
+    Entry("DecoderLayer", "one attention module for both", DecSharedAttention, ("one attention module for both",)),
+    Entry("DecoderLayer", "F.dropout in eval mode", DecDropoutInEval, ("dropout applied in eval mode",)),
+    Entry("TransformerConfig", "dropout default 0", CfgDropoutZero, ("dropout default",)),
+    Entry("TransformerConfig", "pre-norm by default", CfgPreNormDefault, ("norm_first default",)),
+    Entry("TransformerConfig", "max_len default 5000", CfgMaxLen5000, ("max_len default",)),
+    Entry("TransformerConfig", "no checks", CfgNoChecks, ("should raise ValueError",)),
+    Entry("TransformerConfig", "a plain class", CfgPlainClass, ("not a dataclass",)),
+    Entry("TransformerConfig", "vocabularies with defaults", CfgVocabDefaults, ("vocabularies given defaults",)),
+    Entry("Transformer", "no causal mask", TNoCausalMask, ("no causal mask in the decoder",)),
+    Entry("Transformer", "memory mask ignored", TMemoryMaskIgnored, ("memory mask ignored",)),
+    Entry("Transformer", "embeddings not scaled", TNotScaled, ("embeddings not scaled by √d_model",)),
+    Entry("Transformer", "positions missing", TNoPositions, ("positional encoding missing",)),
+    Entry("Transformer", "source padding ignored", TSourceMaskIgnored,
+          ("source padding mask ignored in the encoder",)),
+    Entry("Transformer", "final norm never applied", TFinalNormUnused, ("final LayerNorm missing",)),
+    Entry("Transformer", "layers not chained", TLayersNotChained, ("layers not chained",)),
+    Entry("Transformer", "pad_id 0", TPadIdZero, ("pad_id hard-coded as 0",)),
+    Entry("Transformer", "causal mask on the CPU", TMaskOnCpu, ("mask built on the CPU",)),
+    Entry("Transformer", "no max_len check", TNoLengthCheck, ("raise ValueError",)),
+    Entry("Transformer", "default embedding init", TDefaultInit, ("embeddings initialised with std 1",)),
+    Entry("Transformer", "memory detached", TDetachedMemory, ("parameters without gradient",)),
+    Entry("greedy_decode", "argmax of position 0", greedy_first_position, ("greedy decoding from the first position",)),
+    Entry("greedy_decode", "never stops", greedy_never_stops, ("never stopping at <end>",)),
+    Entry("greedy_decode", "no padding after <end>", greedy_no_padding, ("not padding after <end>",)),
+    Entry("greedy_decode", "pads with 0", greedy_pad_zero, ("pad_id hard-coded as 0",)),
+    Entry("greedy_decode", "max_len new tokens", greedy_max_len_plus_one, ("start token not counted in max_len",)),
+    Entry("greedy_decode", "stops at the first <end>", greedy_stops_at_first_end,
+          ("stopped when the first row ended",)),
+    Entry("greedy_decode", "training mode", greedy_training_mode, ("model left in training mode",)),
+    Entry("greedy_decode", "start token dropped", greedy_without_start, ("start_id missing",)),
+    Entry("greedy_decode", "float token buffer", greedy_float_buffer, ("token ids not int64",)),
+]
+
+CORRECT = [
+    Entry("FeedForward", "nn.Sequential", FFSequential),
+    Entry("FeedForward", "F.linear-style with dropout before the ReLU", FFFunctional),
+    Entry("EncoderLayer", "nn.MultiheadAttention called directly", EncTorchAttention),
+    Entry("EncoderLayer", "own MultiHeadAttention and a block helper", EncResidualHelper),
+    Entry("DecoderLayer", "nn.MultiheadAttention and a loop over blocks", DecTorchAttention),
+    Entry("DecoderLayer", "own MultiHeadAttention", DecOwnAttention),
+    Entry("TransformerConfig", "frozen dataclass", CfgFrozen),
+    Entry("TransformerConfig", "field() defaults", CfgFields),
+    Entry("Transformer", "positions on the fly, triu mask", TOnTheFly),
+    Entry("Transformer", "a shared stack runner", TSharedStack),
+    Entry("greedy_decode", "preallocated buffer", greedy_preallocated),
+    Entry("greedy_decode", "row by row", greedy_row_by_row),
+    Entry("greedy_decode", "forward at every step", greedy_with_forward),
+]
