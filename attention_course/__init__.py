@@ -5,6 +5,12 @@
 - :mod:`attention_course.plots` — heatmaps of attention weights and masks.
 - :mod:`attention_course.data` — the small example sentences and seeded toy
   embeddings the chapters use.
+- :mod:`attention_course.tasks` — data made in code for Chapter 6: copy, reverse,
+  and dates written in many human formats -> ISO dates, with a tokenizer.
+- :mod:`attention_course.models` — a transformer built from PyTorch's own layers,
+  so Chapter 6 runs without your solutions (swap in your own ``Transformer``).
+- :mod:`attention_course.training` — the trainer: teacher forcing, AdamW with
+  warm-up, clipping, automatic device, bf16, checkpoints, named configurations.
 
 Nothing here implements an exercise: that is the learner's job.
 """
