@@ -38,13 +38,13 @@ def _keep(line: str) -> bool:
 
 
 def notebook_secrets(path: Path) -> tuple[set[str], set[str]]:
-    """(lines inside the solution and hidden-test regions, lines outside them, which the release publishes)."""
+    """(lines inside the solution and hidden-test regions, the text outside them, which the release publishes)."""
     nb = nbformat.read(path, 4)
     secret, public = set(), set()
     for cell in nb.cells:
         for _, body in REGION.findall(cell.source):
             secret |= {_normal(line) for line in body.splitlines() if _keep(line)}
-        public |= {_normal(line) for line in REGION.sub("", cell.source).splitlines()}
+        public.add(_normal(REGION.sub("", cell.source)))  # whole cells: published text may wrap across lines
     return secret, public
 
 
