@@ -470,3 +470,38 @@ def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
         for name, w in weights.items():
             getattr(module, name).weight.copy_(w)
     return module
+
+
+def probe_projections(student: Any) -> Observations:
+    """What the attention modules of chapters 1-3 must hold: w_q, w_k (d_model -> d_k), w_v (d_model -> d_v)."""
+    obs = {}
+    for label, args, kwargs in (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True})):
+        try:
+            module = student(*args, **kwargs)
+        except Exception as err:
+            obs[label] = Raised(type(err).__name__, str(err))
+            continue
+        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
+        obs[label]["is_module"] = isinstance(module, nn.Module)
+    return obs
+
+
+def judge_projections(obs: Observations, class_name: str) -> None:
+    for label, (d_model, d_k, d_v, bias) in (("default", (12, 5, 5, False)), ("d_v_bias", (12, 5, 7, True))):
+        call = f"{class_name}({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
+        if isinstance(obs[label], Raised):
+            raise Mistake(f"{call} {obs[label].describe()}")
+        if not obs[label]["is_module"]:
+            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
+            facts = obs[label][name]
+            if facts["type"] != "Linear":
+                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
+            if facts["weight"] != (out_features, d_model):
+                raise Mistake(
+                    f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
+                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
+                                                      "when it is not given)" if name == "w_v" else ""))
+            if facts["bias"] != bias:
+                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
+                              f"to nn.Linear")

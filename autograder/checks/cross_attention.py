@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from autograder.checks.core import (
     Mistake,
@@ -27,12 +27,13 @@ from autograder.checks.core import (
     attempt,
     judge_cases,
     judge_contract,
+    judge_projections,
     judge_tensor,
     judge_value_error,
-    linear_facts,
     load_weights,
     matching_suspect,
     observe_contract,
+    probe_projections,
     projection_weights,
     register,
     seeded,
@@ -207,40 +208,6 @@ def _judge_cross_errors(obs: Observations) -> None:
                        "d_model=16", ("12", "16"))
 
 
-def _probe_cross_projections(student: Any) -> Observations:
-    obs = {}
-    for label, args, kwargs in (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True})):
-        try:
-            module = student(*args, **kwargs)
-        except Exception as err:
-            obs[label] = Raised(type(err).__name__, str(err))
-            continue
-        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
-        obs[label]["is_module"] = isinstance(module, nn.Module)
-    return obs
-
-
-def _judge_cross_projections(obs: Observations) -> None:
-    for label, (d_model, d_k, d_v, bias) in (("default", (12, 5, 5, False)), ("d_v_bias", (12, 5, 7, True))):
-        call = f"CrossAttention({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
-        if isinstance(obs[label], Raised):
-            raise Mistake(f"{call} {obs[label].describe()}")
-        if not obs[label]["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
-        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
-            facts = obs[label][name]
-            if facts["type"] != "Linear":
-                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
-            if facts["weight"] != (out_features, d_model):
-                raise Mistake(
-                    f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only when "
-                                                      "it is not given)" if name == "w_v" else ""))
-            if facts["bias"] != bias:
-                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
-                              f"nn.Linear")
-
-
 _CROSS_GRAD_SHAPE = (6, 4, 3, 331)  # d_model, d_k, d_v, seed; no mask: the memory_mask check has its own cell
 _CROSS_CONTRACT = {"x": seeded(2, 3, 6, seed=332, dtype=torch.float64),
                    "memory": seeded(2, 5, 6, seed=333, dtype=torch.float64)}
@@ -254,7 +221,7 @@ def _cross_contract_call(cls: Any) -> Callable[..., Any]:
     return call
 
 
-register("CrossAttention_projections", _probe_cross_projections, _judge_cross_projections)
+register("CrossAttention_projections", probe_projections, lambda obs: judge_projections(obs, "CrossAttention"))
 register("CrossAttention_shapes", _probe_cross(_FORWARD_CASES[:3]), _judge_cross_shapes)
 register("CrossAttention_forward", _probe_cross(_FORWARD_CASES), _judge_cross_values(_FORWARD_CASES))
 register("CrossAttention_memory_mask", _probe_cross(_MASK_CASES), _judge_cross_values(_MASK_CASES))

@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from autograder.checks.core import (
     Mistake,
@@ -23,10 +23,11 @@ from autograder.checks.core import (
     Suspect,
     attempt,
     judge_cases,
+    judge_projections,
     judge_tensor,
-    linear_facts,
     load_weights,
     plain,
+    probe_projections,
     projection_weights,
     register,
     seeded,
@@ -40,19 +41,12 @@ NEG_INF = float("-inf")
 
 # ================================================================ shared judges
 
-def _describe(raised: Raised) -> str:
-    """Like :meth:`Raised.describe`, but torch's own NotImplementedError (a dtype an operation lacks) is no stub."""
-    if raised.type == "NotImplementedError" and raised.message:
-        return f"raised NotImplementedError: {raised.message}"
-    return raised.describe()
-
-
 def _expect_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str) -> None:
     """``raised`` is what :func:`attempt` returned for a call that must raise ValueError naming ``must_mention``."""
     if not isinstance(raised, Raised):
         raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised ({mistake})")
     if raised.type != "ValueError":
-        raise Mistake(f"{what} {_describe(raised)}; check the arguments first and raise ValueError with a "
+        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
                       f"message that names what is wrong ({mistake})")
     missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
     if missing:
@@ -79,7 +73,7 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     """
     tail = f" — {hint}" if hint else ""
     if isinstance(actual, Raised):
-        raise Mistake(f"{what} {_describe(actual)}")
+        raise Mistake(f"{what} {actual.describe()}")
     if not isinstance(actual, Tensor):
         extra = " — did you forget to `return` it?" if actual is None else ""
         raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r:.80}{extra}")
@@ -120,7 +114,7 @@ def _attempt_facts(call: Callable[[], Any]) -> Any:
 
 def _judge_bool(facts: Any, what: str) -> None:
     if isinstance(facts, Raised):
-        raise Mistake(f"{what} {_describe(facts)}")
+        raise Mistake(f"{what} {facts.describe()}")
     if not isinstance(facts, dict):
         raise Mistake(f"{what} should return a boolean tensor, got {facts!r:.80}")
     if facts["dtype"] != "torch.bool":
@@ -133,7 +127,7 @@ def _judge_bool(facts: Any, what: str) -> None:
 def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
     if isinstance(facts, Raised):
         named = f" — {where} (device ignored)" if "device" in facts.message.lower() else ""
-        raise Mistake(f"{what} {_describe(facts)}{named}")
+        raise Mistake(f"{what} {facts.describe()}{named}")
     if isinstance(facts, dict) and facts["device"] != device:
         raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where} (device ignored)")
 
@@ -303,7 +297,7 @@ def _judge_padding_shape(obs: Observations) -> None:
         what = f"padding_mask of tokens {(batch, t)}"
         facts = obs[key]
         if isinstance(facts, Raised):
-            raise Mistake(f"{what} {_describe(facts)}")
+            raise Mistake(f"{what} {facts.describe()}")
         if not isinstance(facts, dict):
             raise Mistake(f"{what} should return a boolean tensor of shape (B, 1, T), got {facts!r:.80}")
         if facts["shape"] != (batch, 1, t):
@@ -402,7 +396,7 @@ def _judge_combine(obs: Observations) -> None:
     def one(result: Any, masks: list[Tensor]) -> None:
         what = _combine_call(masks)
         if isinstance(result, Raised) and not (result.type == "NotImplementedError" and not result.message):
-            raise Mistake(f"{what} {_describe(result)} — masks of different shapes must broadcast together: "
+            raise Mistake(f"{what} {result.describe()} — masks of different shapes must broadcast together: "
                           f"`a & b` broadcasts, torch.stack and torch.cat do not (masks not broadcast)")
         judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
                    hint="a key may be attended only if every mask allows it")
@@ -438,8 +432,8 @@ def _judge_combine_none(obs: Observations) -> None:
             if given:
                 named = " — skip the None entries before combining (None not ignored)" \
                     if "none" in out.message.lower() else ""
-                raise Mistake(f"{what} {_describe(out)}{named}")
-            raise Mistake(f"{what} {_describe(out)} — when every mask is None there is nothing to combine: "
+                raise Mistake(f"{what} {out.describe()}{named}")
+            raise Mistake(f"{what} {out.describe()} — when every mask is None there is nothing to combine: "
                           f"return None (all None should give None)")
         if not given:
             if out is not None:
@@ -531,7 +525,7 @@ def _judge_additive_dtype_device(obs: Observations) -> None:
     mask = _ADDITIVE_CASES[1]
     facts = obs["default"]
     if isinstance(facts, Raised):
-        raise Mistake(f"additive_mask(mask) {_describe(facts)}")
+        raise Mistake(f"additive_mask(mask) {facts.describe()}")
     if isinstance(facts, dict) and facts["dtype"] != "torch.float32":
         raise Mistake(f"additive_mask(mask) returned {facts['dtype']}; its default dtype is torch.float32 "
                       f"(wrong default dtype)")
@@ -569,40 +563,6 @@ register("additive_mask_errors", _probe_additive_errors, _judge_additive_errors)
 
 
 # ================================================================ CausalSelfAttention
-
-def _probe_projections(student: Any) -> Observations:
-    obs = {}
-    for label, args, kwargs in (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True})):
-        try:
-            module = student(*args, **kwargs)
-        except Exception as err:
-            obs[label] = Raised(type(err).__name__, str(err))
-            continue
-        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
-        obs[label]["is_module"] = isinstance(module, nn.Module)
-    return obs
-
-
-def _judge_projections(obs: Observations) -> None:
-    for label, (d_model, d_k, d_v, bias) in (("default", (12, 5, 5, False)), ("d_v_bias", (12, 5, 7, True))):
-        call = f"CausalSelfAttention({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
-        if isinstance(obs[label], Raised):
-            raise Mistake(f"{call} {_describe(obs[label])}")
-        if not obs[label]["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
-        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
-            facts = obs[label][name]
-            if facts["type"] != "Linear":
-                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
-            if facts["weight"] != (out_features, d_model):
-                raise Mistake(
-                    f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
-                                                      "when it is not given)" if name == "w_v" else ""))
-            if facts["bias"] != bias:
-                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
-                              f"to nn.Linear")
-
 
 _TOKENS_RIGHT_LEFT = torch.tensor([[4, 7, 1, 3, 0, 0], [0, 0, 0, 5, 9, 2], [8, 0, 6, 2, 0, 1]])
 _TOKENS_LEFT = torch.tensor([[0, 0, 3, 4, 5], [6, 7, 8, 0, 0]])
@@ -692,7 +652,7 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
     what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
         "" if tokens is None else f" with pad_mask of tokens {tokens.tolist()}")
     if isinstance(result, Raised):
-        raise Mistake(f"{what} {_describe(result)}")
+        raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
     mistakes = _module_mistakes(x, tokens, w)
@@ -717,7 +677,7 @@ def _judge_forward(obs: Observations) -> None:
     what = f"CausalSelfAttention({d_model}, {d_k}) in float64 with pad_mask of tokens {tokens.tolist()}"
     got = obs["grad"]
     if isinstance(got, Raised):
-        raise Mistake(f"{what}: forward and backward {_describe(got)}")
+        raise Mistake(f"{what}: forward and backward {got.describe()}")
     if got["dtype"] != "torch.float64":
         raise Mistake(f"{what} returned {got['dtype']} — keep the dtype of x (no `.float()`, no hard-coded "
                       f"dtype=torch.float32) (dtype not kept)")
@@ -760,7 +720,7 @@ def _probe_leak(student: Any) -> Observations:
 
 def _outputs(result: Any, what: str) -> Tensor:
     if isinstance(result, Raised):
-        raise Mistake(f"{what} {_describe(result)}")
+        raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
     return result[0]
@@ -822,7 +782,8 @@ def _judge_invariance(obs: Observations) -> None:
                             "(padding leaks into real tokens)"))
 
 
-register("CausalSelfAttention_projections", _probe_projections, _judge_projections)
+register("CausalSelfAttention_projections", probe_projections,
+         lambda obs: judge_projections(obs, "CausalSelfAttention"))
 register("CausalSelfAttention_forward", _probe_forward, _judge_forward)
 register("CausalSelfAttention_no_future_leak", _probe_leak, _judge_leak)
 register("CausalSelfAttention_padding_invariance", _probe_invariance, _judge_invariance)

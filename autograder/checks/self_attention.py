@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from autograder.checks.core import (
     Mistake,
@@ -21,12 +21,13 @@ from autograder.checks.core import (
     attempt,
     judge_cases,
     judge_contract,
+    judge_projections,
     judge_tensor,
     judge_value_error,
-    linear_facts,
     load_weights,
     observe_contract,
     plain,
+    probe_projections,
     projection_weights,
     recording_torch_calls,
     register,
@@ -443,40 +444,6 @@ register("scaled_dot_product_attention_errors", _probe_sdpa_errors, _judge_sdpa_
 
 # ================================================================ SelfAttention
 
-def _probe_projections(student: Any) -> Observations:
-    obs = {}
-    for label, args, kwargs in (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True})):
-        try:
-            module = student(*args, **kwargs)
-        except Exception as err:
-            obs[label] = Raised(type(err).__name__, str(err))
-            continue
-        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
-        obs[label]["is_module"] = isinstance(module, nn.Module)
-    return obs
-
-
-def _judge_projections(obs: Observations) -> None:
-    for label, (d_model, d_k, d_v, bias) in (("default", (12, 5, 5, False)), ("d_v_bias", (12, 5, 7, True))):
-        call = f"SelfAttention({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
-        if isinstance(obs[label], Raised):
-            raise Mistake(f"{call} {obs[label].describe()}")
-        if not obs[label]["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
-        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
-            facts = obs[label][name]
-            if facts["type"] != "Linear":
-                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
-            if facts["weight"] != (out_features, d_model):
-                raise Mistake(
-                    f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
-                                                      "when it is not given)" if name == "w_v" else ""))
-            if facts["bias"] != bias:
-                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
-                              f"to nn.Linear")
-
-
 _FORWARD_CASES = [  # (d_model, d_k, d_v, x, mask, seed)
     (16, 8, 6, seeded(2, 5, 16, seed=101), None, 102),
     (8, 4, 8, seeded(2, 6, 8, seed=103), torch.tril(torch.ones(6, 6, dtype=torch.bool)), 104),
@@ -549,6 +516,6 @@ def _judge_module_gradients(obs: Observations) -> None:
         judge_tensor(obs[name], getattr(module, name).weight.grad, f"the gradient of SelfAttention.{name}.weight")
 
 
-register("SelfAttention_projections", _probe_projections, _judge_projections)
+register("SelfAttention_projections", probe_projections, lambda obs: judge_projections(obs, "SelfAttention"))
 register("SelfAttention_forward", _probe_forward, _judge_forward)
 register("SelfAttention_gradients", _probe_module_gradients, _judge_module_gradients)
