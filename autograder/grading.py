@@ -21,6 +21,7 @@ For each submission:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -57,6 +58,18 @@ class Submission:
     notebook: Path | None  # None when nothing gradable was found
     problem: str = ""  # why it cannot be graded (status invalid)
     note: str = ""  # worth knowing, but gradable
+    data: bytes | None = None  # the notebook's bytes, when they travel with the task (Dask workers elsewhere)
+
+    def carried(self) -> Submission:
+        """This submission with its notebook's bytes attached, for a worker that cannot see the file."""
+        if self.notebook is None or self.data is not None:
+            return self
+        try:
+            if self.notebook.stat().st_size > MAX_NOTEBOOK_BYTES:
+                return self  # read_student_notebook gives the reason on the worker's side
+            return dataclasses.replace(self, data=self.notebook.read_bytes())
+        except OSError:
+            return self
 
 
 @dataclass
@@ -163,13 +176,15 @@ def _source(cell: dict) -> str:
     return "".join(source) if isinstance(source, list) else str(source)
 
 
-def read_student_notebook(path: Path) -> dict:
-    """The learner's notebook as plain JSON; raises ValueError with a reason a person understands."""
-    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
-        size = path.stat().st_size >> 20
-        raise ValueError(f"{path.name} is {size} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit")
+def read_student_notebook(path: Path, raw: bytes | None = None) -> dict:
+    """The learner's notebook as plain JSON (from ``raw`` when given, else the file); raises ValueError with
+    a reason a person understands."""
+    size = len(raw) if raw is not None else path.stat().st_size
+    if size > MAX_NOTEBOOK_BYTES:
+        raise ValueError(f"{path.name} is {size >> 20} MiB, over the {MAX_NOTEBOOK_BYTES >> 20} MiB limit")
+    text = (raw if raw is not None else path.read_bytes()).decode("utf-8", errors="replace")
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path.name} is not a notebook: invalid JSON at line {err.lineno} ({err.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
@@ -281,7 +296,7 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
     if submission.notebook is None:
         return row("invalid", submission.problem)
     try:
-        student = read_student_notebook(submission.notebook)
+        student = read_student_notebook(submission.notebook, submission.data)
     except (ValueError, OSError) as err:
         return row("invalid", str(err))
     release = json.loads(settings.release.read_text())
@@ -294,7 +309,7 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         inside = Path(sandbox.WORK_MOUNT) if settings.use_sandbox else workspace
         argv = [sys.executable, "-m", "autograder.runner", str(inside / "assembled.ipynb"),
                 str(inside / "executed.ipynb"), str(inside / "observations.jsonl"), str(settings.limits.cell_seconds)]
-        run = sandbox.run(argv, settings.bundle, workspace, settings.limits, settings.use_sandbox)
+        run = sandbox.run(argv, _bundle(settings), workspace, settings.limits, settings.use_sandbox)
         observations = workspace / "observations.jsonl"
         data = observations.read_bytes()[:MAX_OBSERVATION_BYTES] if observations.exists() else b""
     summary = _summary(run.stdout)
@@ -309,7 +324,31 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
     return Result(submission.student_id, settings.assignment, status, reason, cells)
 
 
+_WORKER_BUNDLES: dict[Path, Path] = {}
+
+
+def _bundle(settings: Settings) -> Path:
+    """The sandbox bundle; a Dask worker on another machine, which cannot see the command's scratch folder,
+    builds its own once from its copy of the repository."""
+    if settings.bundle.is_dir():
+        return settings.bundle
+    if settings.bundle not in _WORKER_BUNDLES:
+        _WORKER_BUNDLES[settings.bundle] = sandbox.build_bundle(Path(tempfile.mkdtemp(prefix="autograder-bundle-")))
+    return _WORKER_BUNDLES[settings.bundle]
+
+
 def _summary(stdout: str) -> dict | None:
+    """The runner's closing line; or, when it was killed before writing one, the test cells it reported as it
+    went (``stopped`` None: the caller knows it timed out); None when there is neither."""
+    cells: dict = {}
+    for line in stdout.splitlines():
+        if line.startswith("AUTOGRADER-CELL "):
+            try:
+                value = json.loads(line.removeprefix("AUTOGRADER-CELL "))
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                cells.update(value)
     for line in reversed(stdout.splitlines()):
         if line.startswith("AUTOGRADER-RESULT "):
             try:
@@ -317,7 +356,7 @@ def _summary(stdout: str) -> dict | None:
             except json.JSONDecodeError:
                 return None
             return value if isinstance(value, dict) and isinstance(value.get("ranges"), dict) else None
-    return None
+    return {"ranges": cells, "stopped": None, "partial": True} if cells else None
 
 
 def _judge(settings: Settings, summary: dict | None, data: bytes) -> tuple[dict[str, CellResult], int]:
@@ -361,13 +400,14 @@ def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, stray
             limits: sandbox.Limits) -> tuple[str, str]:
     stopped = (summary or {}).get("stopped")
     if run.timed_out:
-        return "timeout", f"the notebook ran past the {limits.wall_seconds} s limit and was stopped"
+        kept = "; the tests that ran before it keep their points" if (summary or {}).get("ranges") else ""
+        return "timeout", f"the notebook ran past the {limits.wall_seconds} s limit and was stopped{kept}"
     if isinstance(stopped, dict):
         where = _where(assembled, stopped.get("cell"))
         if stopped.get("why") == "timeout":
             return "timeout", f"{where} ran past the per-cell time limit"
         return "crashed", f"the Python kernel died while running {where} (exited, crashed or ran out of memory)"
-    if summary is None:
+    if summary is None or summary.get("partial"):  # the runner itself died before its closing line
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
         if "MemoryError" in run.stderr or run.returncode in (-9, 137):
             return "crashed", f"the notebook ran out of memory ({tail})"

@@ -8,13 +8,17 @@ the hidden checks append their observations to OBSERVATIONS.jsonl (see
 ``grade_id`` to the byte range of the observations written while it ran, so
 that a record a learner's own code writes outside a test cell is not taken for
 the test's. A kernel that dies or a cell that runs out of time ends the run,
-and the line says where.
+and the line says where. Each test cell's range is also printed as soon as the
+cell has run (``AUTOGRADER-CELL``), so that a notebook killed at the wall-clock
+limit still keeps the points it earned before. The kernel's own stdout goes to
+/dev/null: only the runner writes these lines.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 
 import nbformat
@@ -43,11 +47,13 @@ def _trim(cell: nbformat.NotebookNode) -> None:
 
 def main(source: str, target: str, observations: str, cell_timeout: int) -> dict:
     nb = nbformat.read(source, as_version=4)
+    # "immediate": the kernel is killed, not asked to stop, once the last cell has run (saves ~0.8 s a notebook).
     client = NotebookClient(nb, timeout=cell_timeout, allow_errors=True, kernel_name="python3",
+                            shutdown_kernel="immediate",
                             resources={"metadata": {"path": os.path.dirname(source) or "."}})
     ranges: dict[str, list[int]] = {}
     summary: dict = {"ranges": ranges, "stopped": None}
-    with client.setup_kernel():
+    with client.setup_kernel(stdout=subprocess.DEVNULL):
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
@@ -63,6 +69,8 @@ def main(source: str, target: str, observations: str, cell_timeout: int) -> dict
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if meta.get("grade"):
                 ranges[meta["grade_id"]] = [start, _size(observations)]
+                sys.stdout.write("AUTOGRADER-CELL " + json.dumps({meta["grade_id"]: ranges[meta["grade_id"]]}) + "\n")
+                sys.stdout.flush()
             if summary["stopped"]:
                 break
     nbformat.write(nb, target)

@@ -340,6 +340,32 @@ def test_a_dask_cluster_gives_the_same_grades(graded, tmp_path) -> None:
         assert row == graded["rows"][student], student
 
 
+def test_a_worker_on_another_machine_needs_neither_the_files_nor_the_bundle(graded, tmp_path) -> None:
+    """What a Dask worker elsewhere gets: the notebook's bytes in the task, and a bundle path it cannot see."""
+    notebook = next((graded["submissions"] / "honest").glob("*.ipynb"))
+    moved = grading.Submission("honest", tmp_path / "not-on-this-machine.ipynb", data=notebook.read_bytes())
+    with grading.tempfile.TemporaryDirectory() as scratch:
+        name, source, release, bundle = grading.prepare(A, Path(scratch))
+    assert not bundle.exists()
+    settings = grading.Settings(A, name, source, release, bundle, sandbox.Limits(wall_seconds=300))
+    result = grading.grade_one(moved, settings)
+    assert (result.status, result.score) == ("ok", FULL), result.reason
+    assert grading.Submission("x", notebook).carried().data == notebook.read_bytes()
+
+
+def test_a_notebook_killed_at_the_wall_clock_keeps_what_it_earned(tmp_path) -> None:
+    """A loop that ignores SIGINT, with a per-cell limit longer than the whole notebook's: SIGKILL at the wall
+    clock, and the tests that ran before the loop still count."""
+    path = tmp_path / "self_attention.ipynb"
+    nbformat.write(_with({"SelfAttention": LOOP}), path)
+    with grading.tempfile.TemporaryDirectory() as scratch:
+        name, source, release, bundle = grading.prepare(A, Path(scratch))
+        settings = grading.Settings(A, name, source, release, bundle, sandbox.Limits(wall_seconds=25, cell_seconds=600))
+        result = grading.grade_one(grading.Submission("looper", path), settings)
+    assert result.status == "timeout" and "25 s limit" in result.reason and "keep their points" in result.reason
+    assert result.score == FULL - 5, {g: c.message for g, c in result.cells.items() if c.points < c.max_points}
+
+
 def test_refuses_without_a_working_sandbox(tmp_path) -> None:
     env = {**nbgrader_env(), "PATH": str(Path(sys.executable).parent)}  # no bwrap on this PATH
     run = subprocess.run([sys.executable, "-m", "autograder", "grade", A, str(tmp_path), "--out", str(tmp_path / "o")],
