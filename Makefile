@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # nbgrader shells out to alembic and jupyter: the venv's bin must come first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv book notebooks grade test lint clean
+.PHONY: venv book notebooks grade release test lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ notebooks: $(STAMP)  ## regenerate the student notebooks in notebooks/ from auto
 grade: $(STAMP)  ## grade a class: make grade ASSIGNMENT=01_self_attention SUBMISSIONS=path/to/folder-or.zip
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [OUT=dir]"; exit 2; }
 	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) $(if $(OUT),--out $(OUT))
+
+release: book  ## the student bundle: make release OUT=DIR (built book, notebooks, helper package; leak-scanned)
+	$(BIN)/python -m autograder bundle $(or $(OUT),release)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

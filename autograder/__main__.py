@@ -2,6 +2,8 @@
 
 - ``release [ASSIGNMENT ...]``: generate the student notebooks in ``notebooks/``.
 - ``grade ASSIGNMENT SUBMISSIONS``: grade a class in the sandbox (see ``autograder.grading``).
+- ``bundle OUT``: write the student bundle (built book, notebooks, helper package), leak-scanned
+  (see ``autograder.bundle``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,19 @@ def _release(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         except ValueError as err:
             parser.error(str(err))
         print(f"released {assignment} -> {target}")
+    return 0
+
+
+def _bundle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from autograder.bundle import make_bundle
+
+    try:
+        entries = make_bundle(args.out, args.html)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"student bundle written to {args.out}: {', '.join(p.name for p in entries if not p.name.startswith('.'))}"
+          "\nleak scan: no solution or hidden-test text found")
     return 0
 
 
@@ -91,7 +106,8 @@ def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list
         from dask.distributed import as_completed as dask_completed
 
         with Client(scheduler) as client:
-            futures = client.map(grade_one, found, settings=settings, pure=False)
+            # the notebooks travel with the tasks: a worker on another machine cannot read this one's files
+            futures = client.map(grade_one, [s.carried() for s in found], settings=settings, pure=False)
             for future in dask_completed(futures):
                 progress(future.result())
     else:
@@ -120,8 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (default 120)")
     grade.add_argument("--memory-gb", type=int, default=6, help="address-space limit per notebook (default 6)")
     grade.add_argument("--gradebook", help="nbgrader database URL (default: sqlite:///autograder/gradebook.db)")
+    bundle = commands.add_parser("bundle", help="write the student bundle (built book, notebooks, helpers)")
+    bundle.add_argument("out", type=Path, help="folder to write (empty, or a bundle made earlier)")
+    bundle.add_argument("--html", type=Path, default=Path("_build/html"), help="the built book (default _build/html)")
     args = parser.parse_args(argv)
-    return _release(args, parser) if args.command == "release" else _grade(args, parser)
+    commands = {"release": _release, "grade": _grade, "bundle": _bundle}
+    return commands[args.command](args, parser)
 
 
 if __name__ == "__main__":

@@ -176,7 +176,8 @@ class _CallRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         self.names.add(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        return func(*args, **kwargs)
 
 
 @contextmanager
@@ -344,6 +345,11 @@ def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
             judge(observed)
 
 
+def _first_index(found: Tensor) -> tuple[int, ...]:
+    """The index of the first True entry of ``found``."""
+    return tuple(int(i) for i in found.nonzero()[0])
+
+
 def judge_tensor(
     actual: Any,
     expected: Tensor,
@@ -369,12 +375,12 @@ def judge_tensor(
     if actual.shape != expected.shape:
         raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
-        first = tuple(int(i) for i in torch.isnan(actual).nonzero()[0])
+        first = _first_index(torch.isnan(actual))
         raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # equal infinities subtract to NaN: count them as equal
     diff = torch.where(same, torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
-    where = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
+    where = _first_index(diff == diff.max())
     raise Mistake(
         f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
     )
