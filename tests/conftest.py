@@ -12,3 +12,14 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def built_html(tmp_path_factory):
+    """`jupyter-book build --all -W` of the whole book into a fresh directory (narratives executed), once."""
+    from book_site import build_book
+
+    return build_book(tmp_path_factory.mktemp("book"))

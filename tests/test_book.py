@@ -2,47 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+import re
 
-import pytest
 import yaml
-from leak_scan import all_secrets, scan
+from book_site import toc_files
 
-from autograder.release import REPO_ROOT, nbgrader_env
-
-
-@pytest.fixture(scope="session")
-def built_html(tmp_path_factory) -> Path:
-    """`jupyter-book build --all -W` of the whole book into a fresh directory (narratives executed)."""
-    out = tmp_path_factory.mktemp("book")
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    run = subprocess.run([str(jupyter_book), "build", str(REPO_ROOT), "--all", "-W", "--path-output", str(out)],
-                         env=nbgrader_env(), capture_output=True, text=True, timeout=1800)
-    log = run.stdout + run.stderr
-    assert run.returncode == 0 and "build succeeded" in log, log[-6000:]
-    return out / "_build" / "html"
-
-
-def _toc_files() -> list[str]:
-    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries: list) -> None:
-        for entry in entries:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections", []))
-            walk(entry.get("chapters", []))
-
-    for part in toc.get("parts", []):
-        walk(part["chapters"])
-    return files
+from autograder.leaks import all_secrets, scan
+from autograder.release import REPO_ROOT
 
 
 def test_every_toc_page_is_built(built_html) -> None:
-    for page in _toc_files():
+    for page in toc_files():
         assert (built_html / f"{page}.html").is_file(), f"{page} is in _toc.yml but was not built"
 
 
@@ -77,3 +47,36 @@ def test_the_leak_scan_finds_a_planted_leak(tmp_path) -> None:
     planted = tmp_path / "page.html"
     planted.write_text(f"<pre><span>{line[:10]}</span><span>{line[10:]}</span></pre>")
     assert scan([planted], secrets), "a solution line split across highlighted spans went unnoticed"
+
+
+def _notebook_pages() -> list[str]:
+    return [page for page in toc_files() if (REPO_ROOT / f"{page}.ipynb").is_file()]
+
+
+def test_launch_buttons_come_from_the_repository_settings(built_html) -> None:
+    config = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())
+    repo = config["repository"]["url"].removeprefix("https://github.com/").strip("/")
+    branch, prefix = config["repository"]["branch"], config["repository"].get("path_to_book") or ""
+    buttons = config["launch_buttons"]
+    for page in _notebook_pages():
+        html = (built_html / f"{page}.html").read_text()
+        path = f"{prefix}{page}.ipynb"
+        colab = f'{buttons["colab_url"]}/github/{repo}/blob/{branch}/{path}'
+        binder = f'{buttons["binderhub_url"]}/v2/gh/{repo}/{branch}?urlpath=lab/tree/{path}'
+        assert f'href="{colab}"' in html, f"{page}: no Colab button opening {colab}"
+        assert f'href="{binder}"' in html, f"{page}: no Binder button opening {binder}"
+
+
+def test_download_buttons_serve_student_material_only(built_html) -> None:
+    sources = {p.read_bytes() for p in (REPO_ROOT / "autograder" / "source").rglob("*.ipynb")}
+    for page in toc_files():
+        html = (built_html / f"{page}.html").read_text()
+        links = re.findall(r'href="([^"]*_sources/[^"]*)"', html)
+        assert links, f"{page}: no download button"
+        for link in links:
+            served = (built_html / page).parent.joinpath(link).resolve()
+            assert served.is_file(), f"{page}: download link {link} is broken"
+            data = served.read_bytes()
+            assert data not in sources, f"{page}: the download button serves an instructor notebook"
+            if page.startswith("notebooks/"):
+                assert data == (REPO_ROOT / f"{page}.ipynb").read_bytes(), f"{page}: download is not the release"
