@@ -34,7 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build, leak scan, nbval
-	$(BIN)/python -m pytest tests book --nbval-lax
+	$(BIN)/python -m pytest tests book --nbval-lax --durations=25
 
 clean:
 	rm -rf _build

@@ -129,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", type=Path,
                        help="folder of <student>/*.ipynb, nbgrader's submitted/ layout, or an LMS .zip")
     grade.add_argument("--out", type=Path, help="output folder (default: grades/ASSIGNMENT)")
-    grade.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel submissions (default: cores)")
+    # one more than the cores: a worker spends part of each notebook waiting on its kernel (start-up, replies)
+    grade.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1,
+                       help="parallel submissions (default: cores + 1)")
     grade.add_argument("--scheduler", help="address of a Dask distributed scheduler to grade on instead")
     grade.add_argument("--no-sandbox", action="store_true", help="run without bubblewrap (trusted notebooks only)")
     grade.add_argument("--timeout", type=int, default=600, help="seconds per notebook (default 600)")

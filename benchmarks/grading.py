@@ -1,6 +1,6 @@
 """Grading speed: `python -m autograder grade` (sandboxed, parallel) against stock serial `nbgrader autograde`.
 
-    python benchmarks/grading.py [--students 60] [--workers 2] [--assignment 01_self_attention]
+    python benchmarks/grading.py [--students 60] [--workers N] [--assignment 01_self_attention]
 
 Builds a synthetic class (correct answers, untouched stubs and two kinds of wrong answer, in turn), grades
 it both ways, checks that both give every student the same score, and prints seconds per submission and
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,7 @@ def stock(assignment: str, notebooks: dict, root: Path) -> tuple[float, dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=60)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1, help="default: the command's")
     parser.add_argument("--assignment", default="01_self_attention")
     args = parser.parse_args()
     notebooks = synthetic_class(args.assignment, args.students)
