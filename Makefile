@@ -12,7 +12,6 @@ export PATH := $(BIN):$(PATH)
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -r requirements.txt
-	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv from requirements.txt
