@@ -11,7 +11,9 @@ collapsing whitespace, so code split into highlighted spans is still found.
 from __future__ import annotations
 
 import ast
+import functools
 import html
+import importlib.util
 import json
 import re
 from collections.abc import Iterable
@@ -96,6 +98,23 @@ def visible_text(path: Path) -> str:
 TEXT_SUFFIXES = {".html", ".ipynb", ".js", ".txt", ".md", ".py", ".json", ".css", ".xml"}
 
 
+@functools.cache
+def _mathjax_package() -> Path | None:
+    """Where sphinx-mathjax-offline keeps the MathJax it copies into every built book."""
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    return Path(spec.origin).parent / "static" / "mathjax" if spec and spec.origin else None
+
+
+def _vendored(file: Path) -> bool:
+    """A MathJax file byte-identical to the installed package's copy (24 MB of JavaScript that cannot hold
+    course text, and would take most of the scan's time). A changed file is scanned like any other."""
+    parts = file.parts
+    if "_static" not in parts or "mathjax" not in parts or _mathjax_package() is None:
+        return False
+    reference = _mathjax_package().joinpath(*parts[parts.index("mathjax") + 1:])
+    return reference.is_file() and reference.read_bytes() == file.read_bytes()
+
+
 def scan(paths: Iterable[Path], secrets: set[str] | None = None) -> list[str]:
     """Every (file, secret) that leaks, as readable lines; empty when nothing does."""
     secrets = all_secrets() if secrets is None else secrets
@@ -103,7 +122,7 @@ def scan(paths: Iterable[Path], secrets: set[str] | None = None) -> list[str]:
     for root in paths:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for file in files:
-            if file.suffix not in TEXT_SUFFIXES:
+            if file.suffix not in TEXT_SUFFIXES or _vendored(file):
                 continue
             text = visible_text(file)
             for secret in (*MARKERS, *secrets):

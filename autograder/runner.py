@@ -11,7 +11,9 @@ the test's. A kernel that dies or a cell that runs out of time ends the run,
 and the line says where. Each test cell's range is also printed as soon as the
 cell has run (``AUTOGRADER-CELL``), so that a notebook killed at the wall-clock
 limit still keeps the points it earned before. The kernel's own stdout goes to
-/dev/null: only the runner writes these lines.
+/dev/null, so nothing a learner prints can be taken for these lines. (Code that
+sets out to forge them can, like the observations themselves: the sandbox keeps
+such code away from everything else, and the grader flags the patterns it uses.)
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_the_helper_package_imports_from_the_bundle_alone(bundle) -> None:
 
 
 @pytest.mark.parametrize("plant", ["solution line in a page", "hidden-test marker in a notebook",
-                                   "a solutions folder", "a gradebook"])
+                                   "solution line in a MathJax file", "a solutions folder", "a gradebook"])
 def test_the_bundle_check_catches_a_planted_leak(bundle, tmp_path, plant) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("mathjax"))
@@ -62,6 +62,11 @@ def test_the_bundle_check_catches_a_planted_leak(bundle, tmp_path, plant) -> Non
     elif plant == "hidden-test marker in a notebook":
         notebook = next((copy / "notebooks").rglob("*.ipynb"))
         notebook.write_text(notebook.read_text().replace("YOUR CODE HERE", "BEGIN HIDDEN TESTS", 1))
+    elif plant == "solution line in a MathJax file":  # the scan skips MathJax only while it is the package's own
+        line = sorted(s for s in secrets if "masked_fill" in s)[0]
+        script = bundle / "book" / "_static" / "mathjax" / "tex-chtml.js"
+        (copy / "book" / "_static" / "mathjax").mkdir(parents=True)
+        (copy / "book" / "_static" / "mathjax" / "tex-chtml.js").write_bytes(script.read_bytes() + line.encode())
     elif plant == "a solutions folder":
         (copy / "solutions").mkdir()
         (copy / "solutions" / "__init__.py").write_text("")
