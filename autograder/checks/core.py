@@ -169,6 +169,21 @@ def attempt(call: Callable[[], Any]) -> Any:
         return Raised(type(err).__name__, str(err))
 
 
+def tensor_facts(result: Any) -> Any:
+    """What a dtype/device check keeps of a result: a tensor's dtype, device type and shape; else ``plain``."""
+    if isinstance(result, Tensor):
+        return {"dtype": str(result.dtype), "device": result.device.type, "shape": tuple(result.shape)}
+    return plain(result)
+
+
+def attempt_facts(call: Callable[[], Any]) -> Any:
+    """``tensor_facts(call())``, or a :class:`Raised` record if the learner's code raised."""
+    try:
+        return tensor_facts(call())
+    except Exception as err:  # the judge decides what a crash means
+        return Raised(type(err).__name__, str(err))
+
+
 class _CallRecorder(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
@@ -443,15 +458,15 @@ def judge_contract(
 
 # ---------------------------------------------------------------- shared by the chapters
 
-def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...]) -> None:
-    """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError."""
+def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str = "") -> None:
+    """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError naming
+    ``must_mention``; ``mistake`` is the short name of the mistake, added to the message when given."""
+    label = f" ({mistake})" if mistake else ""
     if not isinstance(raised, Raised):
-        raise Mistake(f"{what} should raise ValueError, but nothing was raised")
+        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised{label}")
     if raised.type != "ValueError":
-        raise Mistake(
-            f"{what} {raised.describe()}; check the arguments first and raise "
-            f"ValueError with a message that names the shapes or dtypes involved"
-        )
+        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
+                      f"message that names the shapes or dtypes involved{label}")
     missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
     if missing:
         raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")

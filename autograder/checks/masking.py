@@ -22,9 +22,11 @@ from autograder.checks.core import (
     Raised,
     Suspect,
     attempt,
+    attempt_facts,
     judge_cases,
     judge_projections,
     judge_tensor,
+    judge_value_error,
     load_weights,
     plain,
     probe_projections,
@@ -32,6 +34,7 @@ from autograder.checks.core import (
     register,
     seeded,
     seeded_mask,
+    tensor_facts,
 )
 from solutions import masking as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
@@ -40,18 +43,6 @@ NEG_INF = float("-inf")
 
 
 # ================================================================ shared judges
-
-def _expect_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str) -> None:
-    """``raised`` is what :func:`attempt` returned for a call that must raise ValueError naming ``must_mention``."""
-    if not isinstance(raised, Raised):
-        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised ({mistake})")
-    if raised.type != "ValueError":
-        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
-                      f"message that names what is wrong ({mistake})")
-    missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
-    if missing:
-        raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
-
 
 def _first_difference(a: Tensor, e: Tensor) -> tuple[int, ...]:
     same = (a == e) | (torch.isnan(a) & torch.isnan(e))
@@ -96,20 +87,6 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     where = _first_difference(a, e)
     raise Mistake(f"{what}: at index {where} got {actual[where].item()}, expected {expected[where].item()}{tail}")
-
-
-def _facts(result: Any) -> Any:
-    """What a dtype/device check keeps of a result: its dtype, device type and shape."""
-    if isinstance(result, Tensor):
-        return {"dtype": str(result.dtype), "device": result.device.type, "shape": tuple(result.shape)}
-    return plain(result)
-
-
-def _attempt_facts(call: Callable[[], Any]) -> Any:
-    try:
-        return _facts(call())
-    except Exception as err:
-        return Raised(type(err).__name__, str(err))
 
 
 def _judge_bool(facts: Any, what: str) -> None:
@@ -195,11 +172,11 @@ def _judge_causal(cases: list[tuple[int, int | None]]) -> Callable[[Observations
 
 def _probe_causal_dtype_device(student: Any) -> Observations:
     return {
-        "square": _attempt_facts(lambda: student(4)),
-        "offset": _attempt_facts(lambda: student(3, 5)),
-        "cpu": _attempt_facts(lambda: student(3, 5, device=torch.device("cpu"))),
-        "meta": _attempt_facts(lambda: student(3, 5, device="meta")),
-        "meta_keyword": _attempt_facts(lambda: student(2, t_k=6, device=torch.device("meta"))),
+        "square": attempt_facts(lambda: student(4)),
+        "offset": attempt_facts(lambda: student(3, 5)),
+        "cpu": attempt_facts(lambda: student(3, 5, device=torch.device("cpu"))),
+        "meta": attempt_facts(lambda: student(3, 5, device="meta")),
+        "meta_keyword": attempt_facts(lambda: student(2, t_k=6, device=torch.device("meta"))),
     }
 
 
@@ -222,8 +199,8 @@ def _probe_causal_errors(student: Any) -> Observations:
 
 def _judge_causal_errors(obs: Observations) -> None:
     mistake = "no ValueError for t_q > t_k"
-    _expect_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"), mistake)
-    _expect_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"), mistake)
+    judge_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"), mistake)
+    judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"), mistake)
 
 
 register("causal_mask_square", _probe_causal(_SQUARE), _judge_causal(_SQUARE))
@@ -286,9 +263,9 @@ def _judge_padding(obs: Observations) -> None:
 
 def _probe_padding_shape(student: Any) -> Observations:
     return {
-        "small": _attempt_facts(lambda: student(torch.tensor([[4, 5, 6, 0], [7, 0, 0, 0]]), 0)),
-        "one_token": _attempt_facts(lambda: student(torch.tensor([[3], [0], [2]]), 0)),
-        "meta": _attempt_facts(lambda: student(torch.zeros(2, 5, dtype=torch.long, device="meta"), 0)),
+        "small": attempt_facts(lambda: student(torch.tensor([[4, 5, 6, 0], [7, 0, 0, 0]]), 0)),
+        "one_token": attempt_facts(lambda: student(torch.tensor([[3], [0], [2]]), 0)),
+        "meta": attempt_facts(lambda: student(torch.zeros(2, 5, dtype=torch.long, device="meta"), 0)),
     }
 
 
@@ -320,8 +297,8 @@ def _probe_padding_errors(student: Any) -> Observations:
 
 def _judge_padding_errors(obs: Observations) -> None:
     mistake = "no ValueError for tokens that are not (B, T)"
-    _expect_value_error(obs["raised"][0], "padding_mask of 1-D tokens [1, 2, 0, 0, 0] (shape (5,))", ("5",), mistake)
-    _expect_value_error(obs["raised"][1], "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",), mistake)
+    judge_value_error(obs["raised"][0], "padding_mask of 1-D tokens [1, 2, 0, 0, 0] (shape (5,))", ("5",), mistake)
+    judge_value_error(obs["raised"][1], "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",), mistake)
 
 
 register("padding_mask_values", _probe_padding, _judge_padding)
@@ -400,7 +377,7 @@ def _judge_combine(obs: Observations) -> None:
                           f"`a & b` broadcasts, torch.stack and torch.cat do not (masks not broadcast)")
         judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
                    hint="a key may be attended only if every mask allows it")
-        _judge_bool(_facts(result), what)
+        _judge_bool(tensor_facts(result), what)
 
     judge_cases((case["result"], lambda result, masks=masks: one(result, masks))
                 for masks, case in zip(_COMBINE_CASES, obs["cases"]))
@@ -457,8 +434,8 @@ def _probe_combine_errors(student: Any) -> Observations:
 
 def _judge_combine_errors(obs: Observations) -> None:
     mistake = "no ValueError for a non-boolean mask"
-    _expect_value_error(obs["float"], "combine_masks(causal (4, 4), a float mask (4, 4))", ("bool",), mistake)
-    _expect_value_error(obs["int"], "combine_masks(an int64 mask (2, 1, 4), causal (4, 4))", ("bool",), mistake)
+    judge_value_error(obs["float"], "combine_masks(causal (4, 4), a float mask (4, 4))", ("bool",), mistake)
+    judge_value_error(obs["int"], "combine_masks(an int64 mask (2, 1, 4), causal (4, 4))", ("bool",), mistake)
 
 
 register("combine_masks_and", _probe_combine, _judge_combine)
@@ -514,10 +491,10 @@ _DTYPES = (torch.float64, torch.float16, torch.bfloat16)
 def _probe_additive_dtype_device(student: Any) -> Observations:
     mask = _ADDITIVE_CASES[1]
     return {
-        "default": _attempt_facts(lambda: student(mask.clone())),
+        "default": attempt_facts(lambda: student(mask.clone())),
         "dtypes": [attempt(lambda d=d: student(mask.clone(), dtype=d)) for d in _DTYPES],
-        "positional": _attempt_facts(lambda: student(mask.clone(), torch.float64)),
-        "meta": _attempt_facts(lambda: student(torch.ones(3, 4, dtype=torch.bool, device="meta"))),
+        "positional": attempt_facts(lambda: student(mask.clone(), torch.float64)),
+        "meta": attempt_facts(lambda: student(torch.ones(3, 4, dtype=torch.bool, device="meta"))),
     }
 
 
@@ -551,9 +528,9 @@ def _probe_additive_errors(student: Any) -> Observations:
 
 
 def _judge_additive_errors(obs: Observations) -> None:
-    _expect_value_error(obs["float"], "additive_mask of a float mask", ("bool",),
+    judge_value_error(obs["float"], "additive_mask of a float mask", ("bool",),
                         "no ValueError for a non-boolean mask")
-    _expect_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",),
+    judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",),
                         "no ValueError for a dtype that cannot hold -inf")
 
 

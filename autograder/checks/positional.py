@@ -24,11 +24,12 @@ from autograder.checks.core import (
     Raised,
     Suspect,
     attempt,
+    attempt_facts,
     judge_cases,
     judge_tensor,
+    judge_value_error,
     matching_suspect,
     observe_contract,
-    plain,
     register,
     seeded,
 )
@@ -39,18 +40,6 @@ BASE = 10000.0
 
 
 # ================================================================ shared judges
-
-def _expect_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str) -> None:
-    """``raised`` is what :func:`attempt` returned for a call that must raise ValueError naming ``must_mention``."""
-    if not isinstance(raised, Raised):
-        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised ({mistake})")
-    if raised.type != "ValueError":
-        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a message "
-                      f"that names the sizes involved ({mistake})")
-    missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
-    if missing:
-        raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
-
 
 def _observe_contract(call: Callable[..., Any], inputs: dict[str, Tensor], seed: int) -> Observations:
     """:func:`core.observe_contract`, plus whether ``call`` passes ``torch.autograd.gradcheck`` on the inputs."""
@@ -89,19 +78,6 @@ def _judge_contract(obs: Observations, function: str) -> None:
         raise Mistake(f"torch.autograd.gradcheck of {function} in float64 {how}: its gradients disagree with "
                       f"finite differences of its own output — avoid writing into tensors that autograd needs, "
                       f"and custom backward passes (gradcheck failed)")
-
-
-def _facts(result: Any) -> Any:
-    if isinstance(result, Tensor):
-        return {"dtype": str(result.dtype), "device": result.device.type, "shape": tuple(result.shape)}
-    return plain(result)
-
-
-def _attempt_facts(call: Callable[[], Any]) -> Any:
-    try:
-        return _facts(call())
-    except Exception as err:
-        return Raised(type(err).__name__, str(err))
 
 
 def _crash_hint(raised: Raised, max_len: int | None = None, t: int | None = None) -> str:
@@ -294,16 +270,16 @@ _TABLE_ERRORS = [(10, 7), (6, 5), (0, 8), (5, -2)]
 
 def _judge_table_errors(obs: Observations) -> None:
     odd, odd2, empty, negative = obs["raised"]
-    _expect_value_error(odd, "sinusoidal_encoding(10, 7), an odd d_model,", ("7",), "no ValueError for an odd d_model")
-    _expect_value_error(odd2, "sinusoidal_encoding(6, 5), an odd d_model,", ("5",), "no ValueError for an odd d_model")
-    _expect_value_error(empty, "sinusoidal_encoding(0, 8), with max_len=0,", (),
+    judge_value_error(odd, "sinusoidal_encoding(10, 7), an odd d_model,", ("7",), "no ValueError for an odd d_model")
+    judge_value_error(odd2, "sinusoidal_encoding(6, 5), an odd d_model,", ("5",), "no ValueError for an odd d_model")
+    judge_value_error(empty, "sinusoidal_encoding(0, 8), with max_len=0,", (),
                         "no ValueError for a non-positive size")
-    _expect_value_error(negative, "sinusoidal_encoding(5, -2), with d_model=-2,", ("-2",),
+    judge_value_error(negative, "sinusoidal_encoding(5, -2), with d_model=-2,", ("-2",),
                         "no ValueError for a non-positive size")
 
 
 register("sinusoidal_encoding_shape",
-         lambda student: {"facts": [_attempt_facts(lambda c=c: student(*c)) for c in _SHAPE_CASES]},
+         lambda student: {"facts": [attempt_facts(lambda c=c: student(*c)) for c in _SHAPE_CASES]},
          _judge_table_shape)
 register("sinusoidal_encoding_values", _probe_table, _judge_table)
 register("sinusoidal_encoding_properties", _probe_table_properties, _judge_table_properties)
@@ -412,7 +388,7 @@ def _probe_spe_buffer(student: Any) -> Observations:
         found = facts()
     except Exception as err:
         return {"raised": Raised(type(err).__name__, str(err))}
-    found["meta"] = _attempt_facts(
+    found["meta"] = attempt_facts(
         lambda: student(_BUFFER_D, max_len=_BUFFER_LEN).to("meta")(torch.zeros(2, 5, _BUFFER_D, device="meta")))
     return found
 
@@ -471,7 +447,7 @@ def _probe_spe_max_len(student: Any) -> Observations:
     def run(t: int) -> Any:
         return student(d, max_len=n)(seeded(2, t, d, seed=505))
 
-    return {"fits": _attempt_facts(lambda: run(n)), "past": attempt(lambda: run(n + 2)),
+    return {"fits": attempt_facts(lambda: run(n)), "past": attempt(lambda: run(n + 2)),
             "odd": attempt(lambda: student(7, max_len=n))}
 
 
@@ -490,13 +466,13 @@ def _judge_max_len(obs: Observations, call: str, d: int, n: int) -> None:
     if isinstance(past, Tensor) and past.shape[1] == n:
         raise Mistake(f"{what} returned only the first {n} positions — cutting the input short hides the problem; "
                       f"raise a ValueError that names T and max_len (silently truncated: no ValueError past max_len)")
-    _expect_value_error(past, what, (str(n + 2), str(n)), "no ValueError past max_len")
+    judge_value_error(past, what, (str(n + 2), str(n)), "no ValueError past max_len")
 
 
 def _judge_spe_max_len(obs: Observations) -> None:
     d, n = _SPE_MAX
     _judge_max_len(obs, _spe_call(d, n, BASE), d, n)
-    _expect_value_error(obs["odd"], f"SinusoidalPositionalEncoding(7, max_len={n}), an odd d_model,", ("7",),
+    judge_value_error(obs["odd"], f"SinusoidalPositionalEncoding(7, max_len={n}), an odd d_model,", ("7",),
                         "no ValueError for an odd d_model")
 
 
@@ -509,7 +485,7 @@ def _spe_contract_call(cls: Any) -> Callable[..., Any]:
 
 def _probe_spe_contract(student: Any) -> Observations:
     obs = _observe_contract(_spe_contract_call(student), _SPE_CONTRACT, seed=507)
-    obs["bfloat16"] = _attempt_facts(lambda: student(8, max_len=10)(seeded(2, 5, 8, seed=508).to(torch.bfloat16)))
+    obs["bfloat16"] = attempt_facts(lambda: student(8, max_len=10)(seeded(2, 5, 8, seed=508).to(torch.bfloat16)))
     return obs
 
 
@@ -678,7 +654,7 @@ def _probe_learned_max_len(student: Any) -> Observations:
     def run(t: int) -> Any:
         return student(10, 8)(seeded(2, t, 8, seed=520))
 
-    return {"fits": _attempt_facts(lambda: run(10)), "past": attempt(lambda: run(12))}
+    return {"fits": attempt_facts(lambda: run(10)), "past": attempt(lambda: run(12))}
 
 
 register("LearnedPositionalEmbedding_max_len", _probe_learned_max_len,
@@ -877,8 +853,8 @@ _ROPE_CONTRACT = {"x": seeded(2, 4, 6, seed=541, dtype=torch.float64), "position
 
 def _probe_rope_contract(student: Any) -> Observations:
     obs = _observe_contract(student, _ROPE_CONTRACT, seed=542)
-    obs["bfloat16"] = _attempt_facts(lambda: student(seeded(2, 5, 8, seed=543).to(torch.bfloat16)))
-    obs["meta"] = _attempt_facts(lambda: student(torch.zeros(2, 5, 8, device="meta")))
+    obs["bfloat16"] = attempt_facts(lambda: student(seeded(2, 5, 8, seed=543).to(torch.bfloat16)))
+    obs["meta"] = attempt_facts(lambda: student(torch.zeros(2, 5, 8, device="meta")))
     return obs
 
 
@@ -908,8 +884,8 @@ def _probe_rope_errors(student: Any) -> Observations:
 
 def _judge_rope_errors(obs: Observations) -> None:
     mistake = "no ValueError for an odd d"
-    _expect_value_error(obs["odd"], "apply_rotary(x (2, 5, 7)), an odd width,", ("7",), mistake)
-    _expect_value_error(obs["odd_heads"], "apply_rotary(x (2, 2, 3, 5)), an odd width,", ("5",), mistake)
+    judge_value_error(obs["odd"], "apply_rotary(x (2, 5, 7)), an odd width,", ("7",), mistake)
+    judge_value_error(obs["odd_heads"], "apply_rotary(x (2, 2, 3, 5)), an odd width,", ("5",), mistake)
 
 
 register("apply_rotary_contract", _probe_rope_contract, _judge_rope_contract)
