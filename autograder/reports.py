@@ -127,6 +127,9 @@ def write_gradebook(results: list[Result], notebook_name: str, release: dict, db
 
     from nbgrader.api import Gradebook
 
+    from autograder.release import fast_gradebook_creation
+
+    fast_gradebook_creation()
     notebook = Path(notebook_name).stem
     if not results:
         return

@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -113,18 +114,32 @@ def test_nbgrader_gives_the_source_full_marks_and_the_release_zero(assignment, t
     assert result.total("untouched") == (0.0, maximum), result.scores["untouched"]
 
 
-@pytest.mark.parametrize("assignment", ALL)
-def test_nbgrader_validate(assignment, tmp_path) -> None:
-    """`nbgrader validate` passes the source; `--invert` finds no passing test in the untouched release."""
-    def validate(*args: str) -> str:
-        run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", *args], cwd=tmp_path,
-                             env=nbgrader_env(), capture_output=True, text=True, timeout=600)
-        return run.stdout + run.stderr
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory) -> dict[str, dict[str, str]]:
+    """`nbgrader validate` of every source, and `--invert` of every release: two runs, one section per notebook."""
+    cwd = tmp_path_factory.mktemp("validate")
 
-    out = validate(str(source_notebook(assignment)))
+    def sections(*args: str, notebooks: dict[str, Path]) -> dict[str, str]:
+        # one stream, unbuffered, so each notebook's verdict stays in its own section
+        run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", *args, *map(str, notebooks.values())],
+                             cwd=cwd, env={**nbgrader_env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, timeout=1200)
+        out = run.stdout
+        parts = re.split(r"Validating '([^']+)'", out)
+        by_path = dict(zip(parts[1::2], parts[2::2]))
+        return {a: by_path.get(str(path), f"no section for {path} in:\n{out[-3000:]}") for a, path in notebooks.items()}
+
+    return {"source": sections(notebooks={a: source_notebook(a) for a in ALL}),
+            "release": sections("--invert", notebooks={a: release_notebook(a) for a in ALL})}
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_nbgrader_validate(assignment, validated) -> None:
+    """`nbgrader validate` passes the source; `--invert` finds no passing test in the untouched release."""
+    out = validated["source"][assignment]
     assert "Success! Your notebook passes all the tests." in out, out[-3000:]
     assert "cannot be converted to" not in out, "a test cell leaves output that nbgrader reads as partial credit"
-    out = validate("--invert", str(release_notebook(assignment)))
+    out = validated["release"][assignment]
     assert "Success! The notebook does not pass any tests." in out, out[-3000:]
 
 
