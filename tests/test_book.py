@@ -85,3 +85,17 @@ def test_download_buttons_serve_student_material_only(built_html) -> None:
             assert data not in sources, f"{page}: the download button serves an instructor notebook"
             if page.startswith("notebooks/"):
                 assert data == (REPO_ROOT / f"{page}.ipynb").read_bytes(), f"{page}: download is not the release"
+
+
+def test_every_misconception_call_out_renders_as_one(built_html) -> None:
+    """A directive fence that MyST fails to parse becomes a plain paragraph without a warning, even under -W:
+    count the call-outs in each chapter's source against the rendered admonitions."""
+    for page in [p for p in toc_files() if p.startswith("book/0")]:
+        source = (REPO_ROOT / f"{page}.ipynb").read_text()
+        written = source.count("{admonition} Misconception")
+        html = (built_html / f"{page}.html").read_text()
+        title = (r'<div class="(?=[^"]*\badmonition\b)(?=[^"]*\bwarning\b)[^"]*">\s*'
+                 r'<p class="admonition-title">Misconception')
+        rendered = len(re.findall(title, html))
+        assert written >= 1, f"{page} names no misconception"
+        assert rendered == written, f"{page}: {written} misconception call-outs written, {rendered} rendered"
