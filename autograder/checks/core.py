@@ -360,9 +360,14 @@ def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
             judge(observed)
 
 
-def _first_index(found: Tensor) -> tuple[int, ...]:
+def first_index(found: Tensor) -> tuple[int, ...]:
     """The index of the first True entry of ``found``."""
     return tuple(int(i) for i in found.nonzero()[0])
+
+
+def same_values(a: Tensor, e: Tensor) -> Tensor:
+    """Where ``a`` equals ``e`` exactly, NaN matching NaN (and equal infinities, which subtract to NaN)."""
+    return (a == e) | (torch.isnan(a) & torch.isnan(e))
 
 
 def judge_tensor(
@@ -390,12 +395,11 @@ def judge_tensor(
     if actual.shape != expected.shape:
         raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
-        first = _first_index(torch.isnan(actual))
+        first = first_index(torch.isnan(actual))
         raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
     a, e = actual.to(torch.float64), expected.to(torch.float64)
-    same = (a == e) | (torch.isnan(a) & torch.isnan(e))  # equal infinities subtract to NaN: count them as equal
-    diff = torch.where(same, torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
-    where = _first_index(diff == diff.max())
+    diff = torch.where(same_values(a, e), torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
+    where = first_index(diff == diff.max())
     raise Mistake(
         f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
     )

@@ -23,6 +23,7 @@ from autograder.checks.core import (
     Suspect,
     attempt,
     attempt_facts,
+    first_index,
     judge_cases,
     judge_projections,
     judge_tensor,
@@ -32,6 +33,7 @@ from autograder.checks.core import (
     probe_projections,
     projection_weights,
     register,
+    same_values,
     seeded,
     seeded_mask,
     tensor_facts,
@@ -44,16 +46,8 @@ NEG_INF = float("-inf")
 
 # ================================================================ shared judges
 
-def _first_difference(a: Tensor, e: Tensor) -> tuple[int, ...]:
-    same = (a == e) | (torch.isnan(a) & torch.isnan(e))
-    return tuple(int(i) for i in (~same).nonzero()[0])
-
-
 def _exactly(a: Tensor, e: Tensor) -> bool:
-    if a.shape != e.shape:
-        return False
-    a, e = a.to(torch.float64), e.to(torch.float64)
-    return bool(((a == e) | (torch.isnan(a) & torch.isnan(e))).all())
+    return a.shape == e.shape and bool(same_values(a.to(torch.float64), e.to(torch.float64)).all())
 
 
 def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Suspect] = (), hint: str = "") -> None:
@@ -85,7 +79,7 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     if actual.shape != expected.shape:
         raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
     a, e = actual.to(torch.float64), expected.to(torch.float64)
-    where = _first_difference(a, e)
+    where = first_index(~same_values(a, e))
     raise Mistake(f"{what}: at index {where} got {actual[where].item()}, expected {expected[where].item()}{tail}")
 
 

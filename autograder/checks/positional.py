@@ -41,6 +41,14 @@ BASE = 10000.0
 
 # ================================================================ shared judges
 
+def _judge_bfloat16(half: Any, what: str, advice: str) -> None:
+    """``half`` is ``attempt_facts`` of a call on a bfloat16 input: it must run and keep bfloat16."""
+    if isinstance(half, Raised):
+        raise Mistake(f"{what} {half.describe()}")
+    if isinstance(half, dict) and half["dtype"] != "torch.bfloat16":
+        raise Mistake(f"{what} returned {half['dtype']}{advice} (dtype not kept)")
+
+
 def _observe_contract(call: Callable[..., Any], inputs: dict[str, Tensor], seed: int) -> Observations:
     """:func:`core.observe_contract`, plus whether ``call`` passes ``torch.autograd.gradcheck`` on the inputs."""
     obs = observe_contract(call, inputs, seed)
@@ -491,13 +499,8 @@ def _probe_spe_contract(student: Any) -> Observations:
 
 def _judge_spe_contract(obs: Observations) -> None:
     _judge_contract(obs, "SinusoidalPositionalEncoding(8, max_len=10)")
-    half = obs["bfloat16"]
-    what = "SinusoidalPositionalEncoding(8, max_len=10) on a bfloat16 x"
-    if isinstance(half, Raised):
-        raise Mistake(f"{what} {half.describe()}")
-    if isinstance(half, dict) and half["dtype"] != "torch.bfloat16":
-        raise Mistake(f"{what} returned {half['dtype']}: bfloat16 + a float32 table promotes to float32 — convert "
-                      f"the rows you add with `.to(x.dtype)` (dtype not kept)")
+    _judge_bfloat16(obs["bfloat16"], "SinusoidalPositionalEncoding(8, max_len=10) on a bfloat16 x",
+                    ": bfloat16 + a float32 table promotes to float32 — convert the rows you add with `.to(x.dtype)`")
 
 
 register("SinusoidalPositionalEncoding_forward", _probe_spe, _judge_spe)
@@ -860,13 +863,8 @@ def _probe_rope_contract(student: Any) -> Observations:
 
 def _judge_rope_contract(obs: Observations) -> None:
     _judge_contract(obs, "apply_rotary")
-    half = obs["bfloat16"]
-    what = "apply_rotary on a bfloat16 x (2, 5, 8)"
-    if isinstance(half, Raised):
-        raise Mistake(f"{what} {half.describe()}")
-    if isinstance(half, dict) and half["dtype"] != "torch.bfloat16":
-        raise Mistake(f"{what} returned {half['dtype']} — compute the angles in float32 if you like, but return "
-                      f"the result in x's dtype, `.to(x.dtype)` (dtype not kept)")
+    _judge_bfloat16(obs["bfloat16"], "apply_rotary on a bfloat16 x (2, 5, 8)",
+                    " — compute the angles in float32 if you like, but return the result in x's dtype, `.to(x.dtype)`")
     meta = obs["meta"]
     what = "apply_rotary(x on the meta device)"
     if isinstance(meta, Raised):
