@@ -63,6 +63,16 @@ def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> Te
     return pe.flatten(-2).to(torch.get_default_dtype())  # (max_len, d/2, 2) -> (max_len, d_model), interleaved
 
 
+def _length(x: Tensor, d_model: int, max_len: int) -> int:
+    """``T`` of ``x (B, T, d_model)``; ValueError if ``x`` does not end in ``d_model`` or ``T > max_len``."""
+    if x.dim() < 2 or x.shape[-1] != d_model:
+        raise ValueError(f"x must be (B, T, d_model={d_model}), got {tuple(x.shape)}")
+    t = x.shape[-2]
+    if t > max_len:
+        raise ValueError(f"the sequence is longer than the table: T={t} > max_len={max_len}")
+    return t
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     r"""Adds the sinusoidal code of each position to the token vectors.
 
@@ -93,11 +103,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         Raises:
             ValueError: if ``x`` does not end in ``d_model`` or ``T > max_len``.
         """
-        if x.dim() < 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        t = x.shape[-2]
-        if t > self.max_len:
-            raise ValueError(f"the sequence is longer than the table: T={t} > max_len={self.max_len}")
+        t = _length(x, self.d_model, self.max_len)
         return x + self.pe[:t].to(x.dtype)  # (B, T, d_model) + (T, d_model) broadcasts over B
 
 
@@ -128,11 +134,7 @@ class LearnedPositionalEmbedding(nn.Module):
         Raises:
             ValueError: if ``x`` does not end in ``d_model`` or ``T > max_len``.
         """
-        if x.dim() < 2 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
-        t = x.shape[-2]
-        if t > self.max_len:
-            raise ValueError(f"the sequence is longer than the table: T={t} > max_len={self.max_len}")
+        t = _length(x, self.d_model, self.max_len)
         positions = torch.arange(t, device=x.device)  # (T,): 0, 1, ..., T-1
         return x + self.table(positions)  # (B, T, d_model) + (T, d_model)
 
