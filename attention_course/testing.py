@@ -131,7 +131,7 @@ def forbid(*names: str, reason: str = "the exercise asks you to write it yoursel
 
 def assert_untouched(before: Sequence[Tensor], after: Sequence[Tensor], names: Sequence[str]) -> None:
     """Inputs must not be modified in place: compare them with copies taken beforehand."""
-    for b, a, name in zip(before, after, names):
+    for b, a, name in zip(before, after, names, strict=True):
         if not torch.equal(b, a):
             fail(
                 f"your function modified its input `{name}` in place — use out-of-place operations "

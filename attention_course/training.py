@@ -265,7 +265,7 @@ class Evaluation:
     @property
     def mistakes(self) -> list[tuple[str, str, str]]:
         """``(source, expected, predicted)`` for every wrong output."""
-        return [(s, t, p) for (s, t), p in zip(self.pairs, self.predictions) if p != t]
+        return [(s, t, p) for (s, t), p in zip(self.pairs, self.predictions, strict=True) if p != t]
 
     def __repr__(self) -> str:
         right = round(self.accuracy * len(self.pairs))
@@ -284,7 +284,7 @@ def exact_match(model: nn.Module, task: Seq2SeqTask, pairs: list[Pair], decoder:
             src, _ = task.batch(pairs[start:start + batch_size], device)
             ids = decoder(model, src, tok.start_id, tok.end_id, max_len)  # (B, L)
             predictions += [tok.decode(row) for row in ids.cpu()]
-    right = sum(p == t for p, (_, t) in zip(predictions, pairs))
+    right = sum(p == t for p, (_, t) in zip(predictions, pairs, strict=True))
     return Evaluation(right / max(1, len(pairs)), pairs, predictions, time.perf_counter() - tic)
 
 

@@ -1,7 +1,10 @@
 """Command line of the course's grading tools: ``python -m autograder COMMAND``.
 
 - ``release [ASSIGNMENT ...]``: generate the student notebooks in ``notebooks/``.
-- ``grade ASSIGNMENT SUBMISSIONS``: grade a class in the sandbox (see ``autograder.grading``).
+- ``grade ASSIGNMENT SUBMISSIONS``: grade a class in the sandbox (see ``autograder.grading``). Before it grades
+  anyone it loads every hidden check (here and inside the sandbox) and grades the instructor's own answers
+  (the preflight); it refuses to start when either falls short.
+- ``selftest [ASSIGNMENT ...]``: the same two steps alone, for every assignment (default) or those named.
 - ``bundle OUT``: write the student bundle (built book, notebooks, helper package), leak-scanned
   (see ``autograder.bundle``).
 """
@@ -44,42 +47,69 @@ def _bundle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _sandbox_or_refuse(args: argparse.Namespace) -> bool | None:
+    """True to grade in the sandbox, False for --no-sandbox; None (after saying why) when it cannot work."""
+    from autograder import sandbox
+
+    if args.no_sandbox:
+        print("warning: --no-sandbox: submissions run with your permissions, network and files", file=sys.stderr)
+        return False
+    why = sandbox.problem()
+    if why:
+        print(f"refusing to grade: the sandbox does not work here: {why}.\n"
+              "Student code is untrusted; fix the sandbox, or pass --no-sandbox to grade without one "
+              "(only for notebooks you trust).", file=sys.stderr)
+        return None
+    return True
+
+
+def _settings(args: argparse.Namespace, assignment: str, scratch: Path, use_sandbox: bool):
+    from autograder import grading, sandbox
+
+    limits = sandbox.Limits(wall_seconds=args.timeout, cell_seconds=args.cell_timeout,
+                            memory_bytes=args.memory_gb << 30)
+    name, source, release, bundle = grading.prepare(assignment, scratch)
+    return grading.Settings(assignment, name, source, release, bundle, limits, use_sandbox)
+
+
+def _refuse(what: str, problems: list[str]) -> int:
+    print(f"refusing to grade: {what}:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
+    return 2
+
+
 def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from autograder import grading, reports, sandbox
+    from autograder import grading, reports
     from autograder.release import nbgrader_env
 
     os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook shells out to alembic
-
-    use_sandbox = not args.no_sandbox
-    if use_sandbox:
-        why = sandbox.problem()
-        if why:
-            print(f"refusing to grade: the sandbox does not work here: {why}.\n"
-                  "Student code is untrusted; fix the sandbox, or pass --no-sandbox to grade without one "
-                  "(only for notebooks you trust).", file=sys.stderr)
-            return 2
-    else:
-        print("warning: --no-sandbox: submissions run with your permissions, network and files", file=sys.stderr)
-    limits = sandbox.Limits(wall_seconds=args.timeout, cell_seconds=args.cell_timeout,
-                            memory_bytes=args.memory_gb << 30)
+    use_sandbox = _sandbox_or_refuse(args)
+    if use_sandbox is None:
+        return 2
     out = args.out or Path("grades") / args.assignment
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
         scratch_path = Path(scratch)
         try:
-            name, source, release, bundle = grading.prepare(args.assignment, scratch_path)
-            found = grading.collect(args.submissions, args.assignment, name, scratch_path)
+            settings = _settings(args, args.assignment, scratch_path, use_sandbox)
+            found = grading.collect(args.submissions, args.assignment, settings.notebook_name, scratch_path)
         except ValueError as err:
             parser.error(str(err))
-        settings = grading.Settings(args.assignment, name, source, release, bundle, limits, use_sandbox)
-        results = _run_all(found, settings, args.workers, args.scheduler)
+        problems = grading.load_problems(settings)
+        if problems:
+            return _refuse("the hidden checks cannot run, so every score would be wrong", problems)
+        try:
+            results = _run_all(found, settings, args.workers, args.scheduler)
+        except PreflightFailed as failed:
+            return _refuse(f"the instructor's own answers to {args.assignment} do not get full marks in the "
+                           f"sandbox ({failed.result.score:g}/{failed.result.max_score:g}), so the checks or the "
+                           "sandbox are broken", failed.problems)
     out.mkdir(parents=True, exist_ok=True)
     reports.write_grades(results, out / "grades.csv")
     for result in results:
         reports.write_feedback(result, out / "feedback")
     reports.write_report(results, out / "report.html")
     gradebook = args.gradebook or f"sqlite:///{COURSE_ROOT / 'gradebook.db'}"
-    reports.write_gradebook(results, name, json.loads(release.read_text()), gradebook)
+    reports.write_gradebook(results, settings.notebook_name, json.loads(settings.release.read_text()), gradebook)
     statuses = Counter(r.status for r in results)
     mean = sum(r.score for r in results) / len(results) if results else 0.0
     maximum = max((r.max_score for r in results), default=0.0)
@@ -90,8 +120,16 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+class PreflightFailed(Exception):
+    def __init__(self, result, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.result, self.problems = result, problems
+
+
 def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list:
-    from autograder.grading import grade_one
+    """Grade ``found``, the instructor's answers first: if they fall short, raise PreflightFailed before any
+    result is kept (submissions already running finish; the rest are cancelled)."""
+    from autograder.grading import grade_one, instructor_submission, preflight_problems
 
     results = []
     total = len(found)
@@ -101,20 +139,71 @@ def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list
         print(f"[{len(results):>{len(str(total))}}/{total}] {result.student_id}: {result.status}, "
               f"{result.score:g}/{result.max_score:g}", file=sys.stderr, flush=True)
 
+    def check(preflight) -> None:
+        problems = preflight_problems(preflight)
+        if problems:
+            raise PreflightFailed(preflight, problems)
+        print(f"preflight: the instructor's answers score {preflight.score:g}/{preflight.max_score:g} in the "
+              "sandbox", file=sys.stderr, flush=True)
+
+    print(f"preflight: grading the instructor's answers to {settings.assignment} in the sandbox first "
+          "(about one submission's time)", file=sys.stderr, flush=True)
     if scheduler:
         from dask.distributed import Client
         from dask.distributed import as_completed as dask_completed
 
+        check(grade_one(instructor_submission(settings), settings))
         with Client(scheduler) as client:
             # the notebooks travel with the tasks: a worker on another machine cannot read this one's files
             futures = client.map(grade_one, [s.carried() for s in found], settings=settings, pure=False)
             for future in dask_completed(futures):
                 progress(future.result())
     else:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for future in as_completed([pool.submit(grade_one, s, settings) for s in found]):
+        pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        try:
+            preflight = pool.submit(grade_one, instructor_submission(settings), settings)
+            futures = [pool.submit(grade_one, s, settings) for s in found]
+            check(preflight.result())
+            for future in as_completed(futures):
                 progress(future.result())
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     return sorted(results, key=lambda r: r.student_id)
+
+
+def _selftest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Load every check and grade each assignment's instructor answers in the sandbox; 0 when all are full."""
+    from autograder import grading
+
+    use_sandbox = _sandbox_or_refuse(args)
+    if use_sandbox is None:
+        return 2
+    chosen = args.assignments or assignments()
+    unknown = sorted(set(chosen) - set(assignments()))
+    if unknown:
+        parser.error(f"unknown assignment(s) {', '.join(unknown)}; known: {', '.join(assignments())}")
+    started = time.monotonic()
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="autograder-selftest-") as scratch:
+        all_settings = [_settings(args, a, Path(scratch) / a, use_sandbox) for a in chosen]
+        problems = grading.load_problems(all_settings[0])
+        problems += [p for s in all_settings[1:] for p in grading.load_problems(s, sandbox_side=False)]
+        problems = list(dict.fromkeys(problems))  # a module that fails is named once, not per assignment
+        if problems:
+            return _refuse("the hidden checks cannot run", problems)
+        print(f"selftest: grading the instructor's answers to {len(chosen)} assignment(s) in the sandbox "
+              f"({args.workers} at a time)", file=sys.stderr, flush=True)
+        with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            jobs = {pool.submit(grading.grade_one, grading.instructor_submission(s), s): s for s in all_settings}
+            for job in as_completed(jobs):
+                result, settings = job.result(), jobs[job]
+                short = grading.preflight_problems(result)
+                failed += bool(short)
+                print(f"{settings.assignment}: {result.score:g}/{result.max_score:g}, {result.status}"
+                      + "".join(f"\n  - {p}" for p in short), flush=True)
+    print(f"selftest: {len(chosen) - failed} of {len(chosen)} assignment(s) give the instructor full marks "
+          f"({time.monotonic() - started:.0f} s)")
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,20 +218,26 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", type=Path,
                        help="folder of <student>/*.ipynb, nbgrader's submitted/ layout, or an LMS .zip")
     grade.add_argument("--out", type=Path, help="output folder (default: grades/ASSIGNMENT)")
-    # one more than the cores: a worker spends part of each notebook waiting on its kernel (start-up, replies)
-    grade.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1,
-                       help="parallel submissions (default: cores + 1)")
     grade.add_argument("--scheduler", help="address of a Dask distributed scheduler to grade on instead")
-    grade.add_argument("--no-sandbox", action="store_true", help="run without bubblewrap (trusted notebooks only)")
-    grade.add_argument("--timeout", type=int, default=600, help="seconds per notebook (default 600)")
-    grade.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (default 120)")
-    grade.add_argument("--memory-gb", type=int, default=6, help="address-space limit per notebook (default 6)")
     grade.add_argument("--gradebook", help="nbgrader database URL (default: sqlite:///autograder/gradebook.db)")
+    selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
+                                   "sandbox (what grade does before anyone else)")
+    selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     bundle = commands.add_parser("bundle", help="write the student bundle (built book, notebooks, helpers)")
     bundle.add_argument("out", type=Path, help="folder to write (empty, or a bundle made earlier)")
     bundle.add_argument("--html", type=Path, default=Path("_build/html"), help="the built book (default _build/html)")
+    for command in (grade, selftest):  # the sandbox and its limits, the same for both
+        # one more than the cores: a worker spends part of each notebook waiting on its kernel (start-up, replies)
+        command.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1,
+                             help="parallel notebooks (default: cores + 1)")
+        command.add_argument("--no-sandbox", action="store_true",
+                             help="run without bubblewrap (trusted notebooks only)")
+        command.add_argument("--timeout", type=int, default=600, help="seconds per notebook (default 600)")
+        command.add_argument("--cell-timeout", type=int, default=120, help="seconds per cell (default 120)")
+        command.add_argument("--memory-gb", type=int, default=6,
+                             help="address-space limit per notebook (default 6)")
     args = parser.parse_args(argv)
-    commands = {"release": _release, "grade": _grade, "bundle": _bundle}
+    commands = {"release": _release, "grade": _grade, "selftest": _selftest, "bundle": _bundle}
     return commands[args.command](args, parser)
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import sandbox
-from autograder.checks.core import judge_recorded
+from autograder.judges.core import RecordMismatch, judge_recorded
 
 COURSE_ROOT = Path(__file__).resolve().parent
 REPO_ROOT = COURSE_ROOT.parent
@@ -43,12 +43,22 @@ MAX_OBSERVATION_BYTES = 64 << 20
 #: Source patterns that have no place in an honest answer; a match flags the submission for a person to look at.
 SUSPICIOUS = {
     r"\b(import|from)\s+(autograder|solutions|nbgrader)\b|__import__|importlib|gradebook\.db":
-        "imports the grader or the reference",
-    r"\brun_check\b|AUTOGRADER_OBSERVATIONS": "touches the hidden checks",
-    r"torch\.(allclose|equal|testing)\s*=|builtins\.|__builtins__": "replaces built-in or comparison functions",
+        "import the grader or the reference",
+    r"\brun_check\b|AUTOGRADER_OBSERVATIONS": "touch the hidden checks",
+    r"torch\.(allclose|equal|testing)\s*=|builtins\.|__builtins__": "replace built-in or comparison functions",
     r"sys\.(modules|meta_path|path_hooks|settrace|setprofile)|inspect\.(stack|currentframe)|sys\._getframe":
-        "hooks imports or inspects the caller's frames",
-    r"\b(gc\.get_objects|ctypes)\b": "searches memory or calls C directly",
+        "hook imports or inspect the caller's frames",
+    r"\b(gc\.get_objects|ctypes)\b": "search memory or call C directly",
+    # No exercise needs files, the environment, processes, signals or threads: code that reaches for them
+    # can rewrite or suppress the hidden checks' records, so a person should look.
+    r"\b(import|from)\s+(os|sys|io|subprocess|signal|threading|multiprocessing|socket|shutil|tempfile|pathlib|mmap"
+    r"|resource|pty|fcntl|atexit)\b|(?<![\w.])open\s*\(|\bos\.|environ|/proc\b|/dev/|\.jsonl":
+        "reach for files, the environment or other processes",
+    r"(?<![\w.])(exec|eval|compile)\s*\(|\b(globals|locals|vars)\s*\(\s*\)":
+        "run code or reach names built from strings",
+    r"\b(get_ipython|IPython|ipykernel|display_pub|zmq)\b": "reach into the notebook's kernel",
+    r"\b(BaseException|KeyboardInterrupt|SystemExit|GeneratorExit)\b|(?<![\w])_exit\s*\(|(?<![\w.])(exit|quit)\s*\(":
+        "raise or catch what stops the hidden checks",
 }
 
 
@@ -313,12 +323,13 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         observations = workspace / "observations.jsonl"
         data = observations.read_bytes()[:MAX_OBSERVATION_BYTES] if observations.exists() else b""
     summary = _summary(run.stdout)
-    cells, stray = _judge(settings, summary, data)
-    status, reason = _status(run, summary, assembled, stray, settings.limits)
-    flags = suspicious(student)
-    if flags and status == "ok":
-        status = "flagged"
-        reason = "the answers " + "; ".join(flags)
+    cells, flags = _judge(settings, summary, data, assembled)
+    status, reason = _status(run, summary, assembled, flags, settings.limits)
+    patterns = suspicious(student)
+    if patterns and status == "ok":
+        status, reason = "flagged", "the answers " + "; ".join(patterns)
+    elif patterns:
+        reason += "; also: the answers " + "; ".join(patterns)
     if notes:
         reason = "; ".join(filter(None, [reason, *notes]))
     return Result(submission.student_id, settings.assignment, status, reason, cells)
@@ -359,10 +370,23 @@ def _summary(stdout: str) -> dict | None:
     return {"ranges": cells, "stopped": None, "partial": True} if cells else None
 
 
-def _judge(settings: Settings, summary: dict | None, data: bytes) -> tuple[dict[str, CellResult], int]:
-    """Points per test cell from the records written while it ran; and how many records lay elsewhere."""
+def _judge(settings: Settings, summary: dict | None, data: bytes,
+           assembled: dict) -> tuple[dict[str, CellResult], list[str]]:
+    """Points per test cell from the one record its hidden check wrote while the cell ran; and the reasons,
+    if any, to flag the submission for a person to look at.
+
+    A cell earns its points only from exactly one well-formed record of its own check, judged against the
+    reference. No record, several records, a record of another check, a probe stopped by something other
+    than an exception, or a record that does not fit the check's cases: 0 points, and all but the first
+    flag the submission (the learner's code wrote or suppressed records; a missing record can also come
+    from an honest answer whose cell does not run). A cell during which the kernel
+    died or ran out of time scores 0, whatever it recorded.
+    """
     cells = _zero_cells(settings)
     ranges = (summary or {}).get("ranges", {})
+    stopped = (summary or {}).get("stopped")
+    stopped_in = _grade_id_at(assembled, stopped.get("cell")) if isinstance(stopped, dict) else None
+    flags: list[str] = []
     claimed = 0
     for gid, cell in cells.items():
         span = ranges.get(gid)
@@ -370,34 +394,77 @@ def _judge(settings: Settings, summary: dict | None, data: bytes) -> tuple[dict[
             cell.message = "this test did not run (the notebook stopped before it)"
             continue
         start, end = span
-        claimed += max(0, end - start)
         records = [line for line in data[start:end].splitlines() if line.strip()]
-        verdicts = []
-        for line in records:
-            try:
-                record = json.loads(line)
-                if record.get("check") != gid:
-                    raise ValueError(f"a record for {record.get('check')!r} inside test {gid}")
-                judge_recorded(gid, record["observations"])
-                verdicts.append("")
-            except AssertionError as failure:
-                verdicts.append(str(failure))
-            except Exception as err:  # malformed or forged observations
-                verdicts.append(f"the check's observations could not be read ({type(err).__name__}: {err})")
-        if not verdicts:
-            cell.message = "the hidden check of this test did not run"
-        elif any(verdicts):
-            cell.message = next(v for v in verdicts if v)
-        else:
+        claimed += len(records)
+        if gid == stopped_in:
+            why = "ran past the per-cell time limit" if stopped.get("why") == "timeout" else "crashed"
+            cell.message = f"the notebook {why} while this test ran"
+            continue
+        message, flag = _verdict(gid, records)
+        cell.message = message
+        if flag:
+            flags.append(f"{gid}: {flag}")
+        elif not message:
             cell.points = cell.max_points
-    stray = len([line for line in data.splitlines() if line.strip()]) - sum(
-        len([x for x in data[s:e].splitlines() if x.strip()]) for s, e in
-        (ranges[g] for g in cells if isinstance(ranges.get(g), list) and len(ranges[g]) == 2))
-    return cells, max(0, stray)
+    stray = len([line for line in data.splitlines() if line.strip()]) - claimed
+    if stray > 0:
+        flags.append(f"{stray} hidden-check record(s) were written outside the test cells")
+    return cells, flags
 
 
-def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, stray: int,
+def _verdict(gid: str, records: list[bytes]) -> tuple[str, str]:
+    """(message, flag) for the records of test ``gid``: ("", "") when it passed; a flag means the records
+    themselves are wrong, which honest code cannot cause."""
+    if not records:  # e.g. the exercise's name is not defined (a syntax error in its cell): honest code can
+        return ("the hidden check of this test did not run (nothing was recorded: is the exercise defined, and "
+                "does its cell run without an error?)"), ""
+    if len(records) > 1:
+        return (f"the hidden check of this test wrote {len(records)} records; one was expected",
+                f"{len(records)} hidden-check records for one test")
+    try:
+        record = json.loads(records[0])
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as err:
+        return "the hidden-check record of this test cannot be read", f"unreadable hidden-check record ({err})"
+    if record.get("check") != gid:
+        return (f"the hidden-check record of this test is for {record.get('check')!r}",
+                f"a record for {str(record.get('check'))[:80]!r} inside this test")
+    if "interrupted" in record:
+        info = record["interrupted"]
+        if not (isinstance(info, list) and len(info) == 3):
+            return "the hidden-check record of this test cannot be read", "malformed hidden-check record"
+        kind, message, is_exception = info
+        text = f"the hidden check of this test was stopped by {kind}: {message}"
+        return text, "" if is_exception is True else f"the learner's code stopped the hidden check with {kind}"
+    try:
+        judge_recorded(gid, record.get("observations"))
+    except AssertionError as failure:
+        return str(failure), ""
+    except RecordMismatch as err:
+        return (f"the hidden-check record of test {gid} does not match its cases",
+                f"the hidden-check record of test {gid} does not match its cases ({err})")
+    return "", ""
+
+
+def _grade_id_at(assembled: dict, index: object) -> str | None:
+    if not isinstance(index, int) or not 0 <= index < len(assembled["cells"]):
+        return None
+    return _nbgrader(assembled["cells"][index]).get("grade_id")
+
+
+def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, flags: list[str],
             limits: sandbox.Limits) -> tuple[str, str]:
+    status, reason = _run_status(run, summary, assembled, limits)
+    if flags and status == "ok":
+        return "flagged", "; ".join(flags)
+    if flags:
+        reason += "; also: " + "; ".join(flags)
+    return status, reason
+
+
+def _run_status(run: sandbox.Completed, summary: dict | None, assembled: dict,
+                limits: sandbox.Limits) -> tuple[str, str]:
     stopped = (summary or {}).get("stopped")
     if run.timed_out:
         kept = "; the tests that ran before it keep their points" if (summary or {}).get("ranges") else ""
@@ -412,8 +479,6 @@ def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, stray
         if "MemoryError" in run.stderr or run.returncode in (-9, 137):
             return "crashed", f"the notebook ran out of memory ({tail})"
         return "crashed", f"the notebook could not be run to the end ({tail})"
-    if stray:
-        return "flagged", f"{stray} hidden-check record(s) were written outside the test cells"
     return "ok", ""
 
 
@@ -435,3 +500,73 @@ def prepare(assignment: str, scratch: Path) -> tuple[str, Path, Path, Path]:
         raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(known)}")
     bundle = sandbox.build_bundle(scratch / "bundle")
     return notebooks[0].name, source, notebooks[0], bundle
+
+
+# ---------------------------------------------------------------- before grading anyone
+
+INSTRUCTOR = "(instructor's answers)"
+
+#: Runs inside the sandbox: can the bundle alone load the probes, and is the reference out of reach?
+_SANDBOX_LOAD = (
+    "import importlib.util, json\n"
+    "from autograder.checks.core import ids, load_all\n"
+    "def reachable(name):\n"
+    "    try:\n"
+    "        return importlib.util.find_spec(name) is not None\n"
+    "    except ImportError:\n"
+    "        return False\n"
+    "print('AUTOGRADER-LOAD ' + json.dumps({'failures': load_all(), 'ids': ids(),\n"
+    "      'reachable': [n for n in ('solutions', 'autograder.judges') if reachable(n)]}))\n"
+)
+
+
+def load_problems(settings: Settings, sandbox_side: bool = True) -> list[str]:
+    """Why the hidden checks of ``settings.assignment`` cannot grade anyone: a module that fails to import
+    (here or inside the sandbox), a test cell without a probe or a judge, the reference reachable inside the
+    sandbox. Empty when all is well."""
+    from autograder.checks.core import ids as probe_ids
+    from autograder.checks.core import load_all
+    from autograder.judges.core import ids as judge_ids
+    from autograder.judges.core import load_judges
+
+    problems = [f"{module} failed to load: {why}" for module, why in {**load_all(), **load_judges()}.items()]
+    probes, judges = set(probe_ids()), set(judge_ids())
+    problems += [f"check {gid!r} has a probe but no judge" for gid in sorted(probes - judges)]
+    problems += [f"check {gid!r} has a judge but no probe" for gid in sorted(judges - probes)]
+    for gid in _zero_cells(settings):
+        if gid not in probes & judges:
+            problems.append(f"test cell {gid!r} has no hidden check (no probe or judge registered under its id)")
+    if settings.use_sandbox and sandbox_side:
+        problems += _sandbox_load_problems(settings, probes)
+    return problems
+
+
+def _sandbox_load_problems(settings: Settings, probes: set[str]) -> list[str]:
+    with tempfile.TemporaryDirectory(prefix="grade-load-") as tmp:
+        run = sandbox.run([sys.executable, "-c", _SANDBOX_LOAD], _bundle(settings), Path(tmp), settings.limits)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("AUTOGRADER-LOAD ")]
+    if not lines:
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        return [f"the checks could not be loaded inside the sandbox ({tail})"]
+    found = json.loads(lines[-1].removeprefix("AUTOGRADER-LOAD "))
+    problems = [f"{module} failed to load inside the sandbox: {why}" for module, why in found["failures"].items()]
+    problems += [f"{name} can be imported inside the sandbox; the bundle and the venv must not carry it "
+                 f"(install this repository with `pip install -e .`, not a plain `pip install .`)"
+                 for name in found["reachable"]]
+    missing = sorted(probes - set(found["ids"]))
+    if missing and not found["failures"]:
+        problems.append(f"inside the sandbox these checks are not registered: {', '.join(missing)}")
+    return problems
+
+
+def preflight_problems(result: Result) -> list[str]:
+    """What keeps the instructor's own answers from full marks: one line per cell that fell short."""
+    problems = [] if result.status == "ok" else [f"status {result.status}: {result.reason}"]
+    problems += [f"{c.grade_id}: {c.points:g}/{c.max_points:g} — {c.message or 'no message'}"
+                 for c in result.cells.values() if c.points < c.max_points]
+    return problems
+
+
+def instructor_submission(settings: Settings) -> Submission:
+    """The source notebook as a submission: its solution cells are the instructor's answers."""
+    return Submission(INSTRUCTOR, settings.source)

@@ -2,7 +2,7 @@
 
 The secrets are every line of the solution and hidden-test regions of the
 source notebooks, and every code line of the reference package and of the
-hidden checks (docstrings, comments, imports, signatures and short lines
+hidden checks, probes and judges alike (docstrings, comments, imports, signatures and short lines
 excepted: a signature is meant to be public, and a line like ``return out``
 says nothing). A target file is searched after stripping HTML tags and
 collapsing whitespace, so code split into highlighted spans is still found.
@@ -25,7 +25,7 @@ from autograder.release import COURSE_ROOT, REPO_ROOT
 
 MIN_LENGTH = 25
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "run_check(",
-           "from solutions", "import solutions", "autograder.checks")
+           "from solutions", "import solutions", "autograder.checks", "autograder.judges")
 REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 
 
@@ -73,7 +73,8 @@ def all_secrets() -> set[str]:
         hidden, shown = notebook_secrets(notebook)
         secrets |= hidden
         public |= shown
-    for module in [*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py")]:
+    for module in [*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py"),
+                   *(COURSE_ROOT / "judges").rglob("*.py")]:
         secrets |= python_secrets(module)
     published = "\n".join(public)  # a secret that is part of a published line (a signature, say) is not secret
     return {line for line in secrets if line not in published}

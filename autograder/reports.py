@@ -6,6 +6,7 @@ import base64
 import csv
 import html
 import io
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -47,9 +48,16 @@ def _safe(name: str) -> str:
 
 
 def write_feedback(result: Result, folder: Path) -> Path:
-    """One HTML page per student: every test, its points, and for a failure what it means and what to try."""
+    """One HTML page per student: every test, its points, and for a failure what it means and what to try;
+    beside it the same as JSON (``<assignment>.json``), for scripts and learning platforms."""
     target = folder / _safe(result.student_id) / f"{result.assignment}.html"
     target.parent.mkdir(parents=True, exist_ok=True)
+    target.with_suffix(".json").write_text(json.dumps({
+        "student_id": result.student_id, "assignment": result.assignment, "score": result.score,
+        "max_score": result.max_score, "status": result.status, "reason": result.reason,
+        "cells": [{"grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "message": c.message,
+                   "mistake": named_mistake(c.message) if c.message else None} for c in result.cells.values()],
+    }, indent=1), encoding="utf-8")
     rows = []
     for cell in result.cells.values():
         verdict = "passed" if cell.points == cell.max_points else "failed"

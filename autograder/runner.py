@@ -28,6 +28,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 MAX_OUTPUT_CHARS = 20_000  # per cell: a flood of output is cut, not stored
+PREAMBLE = "import autograder.checks.core as _autograder_checks\ndel _autograder_checks"
 
 
 def _size(path: str) -> int:
@@ -56,6 +57,8 @@ def main(source: str, target: str, observations: str, cell_timeout: int) -> dict
     ranges: dict[str, list[int]] = {}
     summary: dict = {"ranges": ranges, "stopped": None}
     with client.setup_kernel(stdout=subprocess.DEVNULL):
+        # Before the notebook's first cell: the checks take the observations path (see checks.core).
+        client.execute_cell(nbformat.v4.new_code_cell(PREAMBLE), 0)
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue

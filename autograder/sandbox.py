@@ -1,9 +1,10 @@
 """The grading sandbox: bubblewrap, a throwaway workspace, and hard limits.
 
 What a submission sees: the Python installation and the venv (read-only), a
-*bundle* (read-only) holding the learner helper package, the probe half of the
-hidden checks and a stub ``solutions`` package whose every name refuses to
-work, and its own workspace (read-write, size-capped). It does not see the
+*bundle* (read-only) holding the learner helper package and the sandbox side of
+the hidden checks (:mod:`autograder.checks`: cases and probes), and its own
+workspace (read-write, size-capped). The reference package and the judges are
+not in the bundle. It does not see the
 repository, the reference, the source notebooks, the gradebook, other
 submissions or the output directory. It has no network (its own, empty,
 network namespace), its own process namespace (everything it starts dies with
@@ -12,6 +13,7 @@ it), and limits on memory, processes, file size and wall-clock time.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -37,27 +39,9 @@ class Limits:
     output_bytes: int = 8 << 20  # what is read back of its stdout and stderr
 
 
-_STUB = '''"""Stand-in for the reference package inside the grading sandbox: nothing here works."""
-
-
-class _Unavailable:
-    def __init__(self, name):
-        self._name = name
-
-    def __getattr__(self, attr):
-        raise RuntimeError(f"{self._name} is not available inside the grading sandbox")
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"{self._name} is not available inside the grading sandbox")
-
-
-def __getattr__(name):
-    return _Unavailable(__name__ + "." + name)
-'''
-
-
 def build_bundle(destination: Path) -> Path:
-    """Copy what the sandbox may see into ``destination``: helpers, probes, runner, and a stub reference."""
+    """Copy what the sandbox may see into ``destination``: the helper package, the runner and the sandbox
+    side of the checks (cases and probes). Neither the reference (``solutions``) nor the judges go in."""
     destination.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO_ROOT / "attention_course", destination / "attention_course",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -67,16 +51,13 @@ def build_bundle(destination: Path) -> Path:
         shutil.copy(REPO_ROOT / "autograder" / name, package / name)
     for module in (REPO_ROOT / "autograder" / "checks").glob("*.py"):
         shutil.copy(module, package / "checks" / module.name)
+    from autograder.checks.core import index  # which module holds which probe: a kernel loads only its chapter
+
+    (package / "checks" / "index.json").write_text(json.dumps(index(), indent=0))
     # jsonschema (imported through nbformat) builds an IRI grammar at import when rfc3987_syntax is
     # installed: ~1 s per notebook for a check the runner never makes. In the bundle the import fails instead.
     (destination / "rfc3987_syntax.py").write_text(
         'raise ImportError("rfc3987_syntax is left out of the grading sandbox (slow import, not needed)")\n')
-    stub = destination / "solutions"
-    stub.mkdir()
-    (stub / "__init__.py").write_text(_STUB)
-    for module in (REPO_ROOT / "solutions").glob("*.py"):
-        if module.name != "__init__.py":
-            (stub / module.name).write_text(_STUB)
     return destination
 
 

@@ -265,8 +265,8 @@ def plot(rows: list[Row], impls: list[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    for (device, mode), style in zip(sorted({(r.device, r.mode) for r in rows}), ("-", "--", ":", "-.")):
-        for impl, marker in zip(impls, "osx^"):
+    for (device, mode), style in zip(sorted({(r.device, r.mode) for r in rows}), ("-", "--", ":", "-."), strict=False):
+        for impl, marker in zip(impls, "osx^", strict=False):
             pts = sorted((r.T, r.ms, r.peak_mib) for r in rows
                          if (r.device, r.mode, r.impl) == (device, mode, impl) and r.ms is not None)
             if not pts:
@@ -275,7 +275,7 @@ def plot(rows: list[Row], impls: list[str], path: Path) -> None:
             axes[0].plot(ts, [p[1] for p in pts], style, marker=marker, label=f"{impl}, {mode}, {device}")
             if all(p[2] is not None for p in pts):
                 axes[1].plot(ts, [p[2] for p in pts], style, marker=marker, label=f"{impl}, {mode}, {device}")
-    for ax, ylabel in zip(axes, ("time (ms)", "peak memory above the inputs (MiB)")):
+    for ax, ylabel in zip(axes, ("time (ms)", "peak memory above the inputs (MiB)"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length T")

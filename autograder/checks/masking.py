@@ -1,15 +1,14 @@
-"""Hidden checks of Chapter 2 (``02_causal_masking``), judged against :mod:`solutions.masking`.
+"""Probes of Chapter 2 (``02_causal_masking``), judged in :mod:`autograder.judges.masking`.
 
-Every check id is the ``grade_id`` of the test cell that runs it. Each
-``Suspect`` recomputes, on the same inputs, what one plausible mistake would
-return, so that a failing learner is told which mistake it looks like. Masks
-are compared exactly; a mask's dtype and device have cells of their own, so a
-float 0/1 mask with the right pattern loses only the dtype point.
+Every check id is the ``grade_id`` of the test cell that runs it. The cases
+are built here from fixed seeds, with plain torch only: the reference is not
+in the grading sandbox. Each probe runs the learner's code on them and
+returns plain observations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -17,125 +16,24 @@ import torch
 from torch import Tensor
 
 from autograder.checks.core import (
-    Mistake,
     Observations,
     Raised,
-    Suspect,
     attempt,
     attempt_facts,
-    first_index,
-    judge_cases,
-    judge_projections,
-    judge_tensor,
-    judge_value_error,
     load_weights,
     plain,
     probe_projections,
     projection_weights,
     register,
-    same_values,
     seeded,
     seeded_mask,
-    tensor_facts,
 )
-from solutions import masking as ref
-from solutions.self_attention import scaled_dot_product_attention as attend
-
-NEG_INF = float("-inf")
-
-
-# ================================================================ shared judges
-
-def _exactly(a: Tensor, e: Tensor) -> bool:
-    return a.shape == e.shape and bool(same_values(a.to(torch.float64), e.to(torch.float64)).all())
-
-
-def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Suspect] = (), hint: str = "") -> None:
-    """Raise :class:`Mistake` unless ``actual`` has exactly the values of ``expected`` (any dtype).
-
-    Booleans compare as 0/1, ``-inf`` equals ``-inf`` and NaN equals NaN, so a
-    suspect that produces NaN (0 × -inf) is recognised too.
-    """
-    tail = f" — {hint}" if hint else ""
-    if isinstance(actual, Raised):
-        raise Mistake(f"{what} {actual.describe()}")
-    if not isinstance(actual, Tensor):
-        extra = " — did you forget to `return` it?" if actual is None else ""
-        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r:.80}{extra}")
-    if _exactly(actual, expected):
-        return
-    candidates = []
-    for suspect in suspects:
-        try:
-            candidate = suspect.produce()
-        except Exception:  # a mistake that would crash on these inputs cannot be what happened
-            continue
-        if isinstance(candidate, Tensor) and _exactly(actual, candidate):
-            candidates.append((suspect, candidate))
-    # False and 0.0 compare equal: prefer a suspect that also agrees on being boolean or not
-    candidates.sort(key=lambda pair: (pair[1].dtype == torch.bool) != (actual.dtype == torch.bool))
-    if candidates:
-        raise Mistake(f"{what}: {candidates[0][0].message}")
-    if actual.shape != expected.shape:
-        raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
-    a, e = actual.to(torch.float64), expected.to(torch.float64)
-    where = first_index(~same_values(a, e))
-    raise Mistake(f"{what}: at index {where} got {actual[where].item()}, expected {expected[where].item()}{tail}")
-
-
-def _judge_bool(facts: Any, what: str) -> None:
-    if isinstance(facts, Raised):
-        raise Mistake(f"{what} {facts.describe()}")
-    if not isinstance(facts, dict):
-        raise Mistake(f"{what} should return a boolean tensor, got {facts!r:.80}")
-    if facts["dtype"] != "torch.bool":
-        kind = "float" if "float" in facts["dtype"] else "integer"
-        raise Mistake(f"{what} returned a {facts['dtype']} tensor — masks are boolean, True = may attend, as "
-                      f"F.scaled_dot_product_attention expects; a comparison (`j <= i`, `tokens != pad_id`), `&` of "
-                      f"booleans or dtype=torch.bool gives one ({kind} mask instead of bool)")
-
-
-def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
-    if isinstance(facts, Raised):
-        named = f" — {where} (device ignored)" if "device" in facts.message.lower() else ""
-        raise Mistake(f"{what} {facts.describe()}{named}")
-    if isinstance(facts, dict) and facts["device"] != device:
-        raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where} (device ignored)")
-
 
 # ================================================================ causal_mask
 
 def _tril(t_q: int, t_k: int, diagonal: int = 0) -> Tensor:
+    """The lower triangle; ``_tril(t, t)`` is the causal mask of ``t`` positions."""
     return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=diagonal)
-
-
-def _causal_suspects(t_q: int, t_k: int) -> list[Suspect]:
-    offset = t_k - t_q
-    return [
-        Suspect("it is the upper triangle: query i may attend itself and the keys *after* it — keep the lower "
-                "triangle, `j <= i` (upper instead of lower triangle)",
-                lambda: torch.triu(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=offset)),
-        Suspect("True marks the blocked future here, as in nn.Transformer's masks; in this course (and in "
-                "F.scaled_dot_product_attention) True means 'may attend' (inverted: True marks the future)",
-                lambda: ~ref.causal_mask(t_q, t_k)),
-        Suspect("the diagonal is blocked: a token may attend itself, so key j = i must be True "
-                "(diagonal excluded)", lambda: _tril(t_q, t_k, offset - 1)),
-        Suspect("it is a 0/-inf float mask; causal_mask returns the boolean mask (True = may attend) and "
-                "`additive_mask` converts it (additive 0/-inf mask instead of boolean)",
-                lambda: ref.additive_mask(ref.causal_mask(t_q, t_k))),
-        Suspect(f"with t_q={t_q} queries and t_k={t_k} keys the queries are the *last* t_q positions, so query i "
-                f"may attend keys j <= i + (t_k - t_q) = i + {offset}; this mask lines query 0 up with key 0 "
-                f"(cache offset ignored: aligned to the first key)", lambda: _tril(t_q, t_k)),
-        Suspect(f"it has shape ({t_k}, {t_k}): the mask must have one row per query, (t_q, t_k) = ({t_q}, {t_k}) — "
-                f"keep the last t_q rows of the square mask, or use j <= i + (t_k - t_q) "
-                f"(cache offset ignored: a t_k × t_k mask)", lambda: _tril(t_k, t_k)),
-        Suspect(f"it has shape ({t_q}, {t_q}): t_k is ignored; the mask must be (t_q, t_k) = ({t_q}, {t_k}) "
-                f"(t_k ignored)", lambda: _tril(t_q, t_q)),
-        Suspect(f"the offset has the wrong sign: query i may attend keys j <= i + (t_k - t_q) = i + {offset}, "
-                f"not i - {offset} (offset with the wrong sign)", lambda: _tril(t_q, t_k, -offset)),
-        Suspect("nothing is masked: every query may attend every key (no masking)",
-                lambda: torch.ones(t_q, t_k, dtype=torch.bool)),
-    ]
 
 
 # The first case judged names the mistake: the cases that tell mistakes apart come first.
@@ -151,19 +49,6 @@ def _probe_causal(cases: list[tuple[int, int | None]]) -> Callable[[Any], Observ
     return probe
 
 
-def _judge_causal(cases: list[tuple[int, int | None]]) -> Callable[[Observations], None]:
-    def one(out: Any, t_q: int, t_k: int | None) -> None:
-        call = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
-        t_k = t_q if t_k is None else t_k
-        judge_mask(out, ref.causal_mask(t_q, t_k), call, _causal_suspects(t_q, t_k),
-                   hint=f"query i may attend key j iff j <= i + (t_k - t_q) = i + {t_k - t_q}")
-
-    def judge(obs: Observations) -> None:
-        judge_cases((out, lambda out, case=case: one(out, *case)) for case, out in zip(cases, obs["outs"]))
-
-    return judge
-
-
 def _probe_causal_dtype_device(student: Any) -> Observations:
     return {
         "square": attempt_facts(lambda: student(4)),
@@ -174,33 +59,14 @@ def _probe_causal_dtype_device(student: Any) -> Observations:
     }
 
 
-def _judge_causal_dtype_device(obs: Observations) -> None:
-    _judge_bool(obs["square"], "causal_mask(4)")
-    _judge_bool(obs["offset"], "causal_mask(3, 5)")
-    _judge_bool(obs["cpu"], "causal_mask(3, 5, device=torch.device('cpu'))")
-    where = "create the mask on `device` (pass device=device to torch.ones / torch.arange)"
-    for key, call, shape in (("meta", "causal_mask(3, 5, device='meta')", (3, 5)),
-                             ("meta_keyword", "causal_mask(2, t_k=6, device=torch.device('meta'))", (2, 6))):
-        _judge_device(obs[key], call, "meta", where)
-        _judge_bool(obs[key], call)
-        if obs[key]["shape"] != shape:
-            raise Mistake(f"causal_mask on the meta device has shape {obs[key]['shape']}, expected {shape}")
-
-
 def _probe_causal_errors(student: Any) -> Observations:
     return {"more_queries": attempt(lambda: student(5, 3)), "one_key": attempt(lambda: student(2, 1))}
 
 
-def _judge_causal_errors(obs: Observations) -> None:
-    mistake = "no ValueError for t_q > t_k"
-    judge_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"), mistake)
-    judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"), mistake)
-
-
-register("causal_mask_square", _probe_causal(_SQUARE), _judge_causal(_SQUARE))
-register("causal_mask_offset", _probe_causal(_OFFSET), _judge_causal(_OFFSET))
-register("causal_mask_dtype_device", _probe_causal_dtype_device, _judge_causal_dtype_device)
-register("causal_mask_errors", _probe_causal_errors, _judge_causal_errors)
+register("causal_mask_square", _probe_causal(_SQUARE))
+register("causal_mask_offset", _probe_causal(_OFFSET))
+register("causal_mask_dtype_device", _probe_causal_dtype_device)
+register("causal_mask_errors", _probe_causal_errors)
 
 
 # ================================================================ padding_mask
@@ -221,38 +87,8 @@ _PADDING_CASES = [  # (tokens, pad_id)
 ]
 
 
-def _padding_suspects(tokens: Tensor, pad_id: int) -> list[Suspect]:
-    keep = tokens != pad_id  # (B, T)
-    batch, t = tokens.shape
-    return [
-        Suspect("it is True at the padding; padding_mask is True where a token may be attended, i.e. where it "
-                "is *not* pad_id (inverted: True at the pads)", lambda: (tokens == pad_id).unsqueeze(1)),
-        Suspect(f"it has shape (B, T) = {(batch, t)}; add the query axis so it is (B, 1, T) = {(batch, 1, t)} and "
-                f"broadcasts over the queries of the scores (B, T_q, T_k) (shape (B, T) instead of (B, 1, T))",
-                lambda: keep),
-        Suspect(f"it has shape (B, T, 1) = {(batch, t, 1)}: that masks *queries* (rows of the scores), not keys; "
-                f"the key axis is the last one, so unsqueeze(1) to get (B, 1, T) "
-                f"(shape (B, T, 1) instead of (B, 1, T))", lambda: keep.unsqueeze(-1)),
-        Suspect(f"it compares with 0, not with pad_id = {pad_id} (pad_id ignored)",
-                lambda: (tokens != 0).unsqueeze(1)),
-        Suspect(f"it is expanded to (B, T, T) = {(batch, t, t)}; return (B, 1, T) and let broadcasting do the rest "
-                f"(expanded instead of (B, 1, T))", lambda: keep.unsqueeze(1).expand(batch, t, t)),
-        Suspect("it is a 0/-inf float mask; padding_mask returns the boolean mask, True = may attend "
-                "(additive 0/-inf mask instead of boolean)", lambda: ref.additive_mask(keep.unsqueeze(1))),
-    ]
-
-
 def _probe_padding(student: Any) -> Observations:
     return {"outs": [attempt(lambda t=t, p=p: student(t.clone(), p)) for t, p in _PADDING_CASES]}
-
-
-def _judge_padding(obs: Observations) -> None:
-    def one(out: Any, tokens: Tensor, pad_id: int) -> None:
-        rows = tokens.tolist() if tokens.numel() <= 12 else f"tokens {tuple(tokens.shape)}"
-        judge_mask(out, ref.padding_mask(tokens, pad_id), f"padding_mask({rows}, pad_id={pad_id})",
-                   _padding_suspects(tokens, pad_id), hint="True where the token is not pad_id, shape (B, 1, T)")
-
-    judge_cases((out, lambda out, case=case: one(out, *case)) for case, out in zip(_PADDING_CASES, obs["outs"]))
 
 
 def _probe_padding_shape(student: Any) -> Observations:
@@ -263,25 +99,6 @@ def _probe_padding_shape(student: Any) -> Observations:
     }
 
 
-def _judge_padding_shape(obs: Observations) -> None:
-    for key, (batch, t) in (("small", (2, 4)), ("one_token", (3, 1)), ("meta", (2, 5))):
-        what = f"padding_mask of tokens {(batch, t)}"
-        facts = obs[key]
-        if isinstance(facts, Raised):
-            raise Mistake(f"{what} {facts.describe()}")
-        if not isinstance(facts, dict):
-            raise Mistake(f"{what} should return a boolean tensor of shape (B, 1, T), got {facts!r:.80}")
-        if facts["shape"] != (batch, 1, t):
-            named = {(batch, t): "(B, T) instead of (B, 1, T)", (batch, t, 1): "(B, T, 1) instead of (B, 1, T)",
-                     (batch, t, t): "expanded instead of (B, 1, T)"}.get(facts["shape"], "wrong shape")
-            raise Mistake(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis of "
-                          f"size 1 stands for the queries, so the mask blocks the same keys for every query "
-                          f"({named})")
-        _judge_bool(facts, what)
-    _judge_device(obs["meta"], "padding_mask of tokens on the meta device", "meta",
-                  "compare the tokens themselves; don't build a new tensor on the CPU")
-
-
 _PADDING_ERRORS = [torch.tensor([1, 2, 0, 0, 0]), torch.zeros(2, 3, 4, dtype=torch.long)]
 
 
@@ -289,58 +106,19 @@ def _probe_padding_errors(student: Any) -> Observations:
     return {"raised": [attempt(lambda t=t: student(t.clone(), 0)) for t in _PADDING_ERRORS]}
 
 
-def _judge_padding_errors(obs: Observations) -> None:
-    mistake = "no ValueError for tokens that are not (B, T)"
-    judge_value_error(obs["raised"][0], "padding_mask of 1-D tokens [1, 2, 0, 0, 0] (shape (5,))", ("5",), mistake)
-    judge_value_error(obs["raised"][1], "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",), mistake)
-
-
-register("padding_mask_values", _probe_padding, _judge_padding)
-register("padding_mask_shape", _probe_padding_shape, _judge_padding_shape)
-register("padding_mask_errors", _probe_padding_errors, _judge_padding_errors)
+register("padding_mask_values", _probe_padding)
+register("padding_mask_shape", _probe_padding_shape)
+register("padding_mask_errors", _probe_padding_errors)
 
 
 # ================================================================ combine_masks
 
-def _and_all(masks: list[Tensor]) -> Tensor:
-    out = masks[0]
-    for m in masks[1:]:
-        out = out & m
-    return out
-
-
-def _broadcast_shape(masks: list[Tensor]) -> torch.Size:
-    return torch.broadcast_shapes(*(m.shape for m in masks))
-
-
-def _or_all(masks: list[Tensor]) -> Tensor:
-    out = masks[0]
-    for m in masks[1:]:
-        out = out | m
-    return out
-
-
 _PAD_A = (torch.tensor([[1, 2, 0, 0, 0], [3, 4, 5, 6, 0]]) != 0).unsqueeze(1)  # (2, 1, 5): 0 is the pad
 _COMBINE_CASES = [
-    [ref.causal_mask(5), _PAD_A],
+    [_tril(5, 5), _PAD_A],  # causal (5, 5) and padding (2, 1, 5)
     [seeded_mask(2, 1, 4, 6, seed=121), seeded_mask(4, 6, seed=122), seeded_mask(2, 3, 1, 6, seed=123)],
     [seeded_mask(3, 4, seed=124), seeded_mask(3, 4, seed=125)],
 ]
-
-
-def _combine_suspects(masks: list[Tensor]) -> list[Suspect]:
-    return [
-        Suspect("it is the OR of the masks: a key is allowed when *any* mask allows it; it must be allowed by "
-                "every mask — use `&` (OR instead of AND)", lambda: _or_all(masks)),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m` "
-                "(only the last mask kept)", lambda: masks[-1].expand(_broadcast_shape(masks))),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m` "
-                "(only the last mask kept)", lambda: masks[-1]),
-        Suspect("it keeps only the first mask; combine each mask with the result so far, `out = out & m` "
-                "(only the first mask kept)", lambda: masks[0]),
-        Suspect("it is inverted: the AND of the masks is True where a key may be attended "
-                "(inverted result)", lambda: ~_and_all(masks)),
-    ]
 
 
 def _probe_combine(student: Any) -> Observations:
@@ -348,33 +126,9 @@ def _probe_combine(student: Any) -> Observations:
     for masks in _COMBINE_CASES:
         copies = [m.clone() for m in masks]
         result = attempt(lambda copies=copies: student(*copies))
-        modified = [i for i, (c, m) in enumerate(zip(copies, masks)) if not torch.equal(c, m)]
+        modified = [i for i, (c, m) in enumerate(zip(copies, masks, strict=True)) if not torch.equal(c, m)]
         results.append({"result": result, "modified": modified})
     return {"cases": results}
-
-
-def _combine_call(masks: list[Tensor]) -> str:
-    return "combine_masks(" + ", ".join(f"mask {tuple(m.shape)}" for m in masks) + ")"
-
-
-def _judge_combine(obs: Observations) -> None:
-    for masks, case in zip(_COMBINE_CASES, obs["cases"]):
-        if case["modified"]:  # even when the call then raised: `&=` fails only once the shape grows
-            raise Mistake(f"{_combine_call(masks)} modified its input mask number {case['modified'][0] + 1} in "
-                          f"place (`&=`, `logical_and_`); `out = out & m` makes a new tensor "
-                          f"(input modified in place)")
-
-    def one(result: Any, masks: list[Tensor]) -> None:
-        what = _combine_call(masks)
-        if isinstance(result, Raised) and not (result.type == "NotImplementedError" and not result.message):
-            raise Mistake(f"{what} {result.describe()} — masks of different shapes must broadcast together: "
-                          f"`a & b` broadcasts, torch.stack and torch.cat do not (masks not broadcast)")
-        judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
-                   hint="a key may be attended only if every mask allows it")
-        _judge_bool(tensor_facts(result), what)
-
-    judge_cases((case["result"], lambda result, masks=masks: one(result, masks))
-                for masks, case in zip(_COMBINE_CASES, obs["cases"]))
 
 
 _M1 = seeded_mask(3, 4, seed=131)
@@ -394,47 +148,17 @@ def _probe_combine_none(student: Any) -> Observations:
                      for _, args in _NONE_CASES]}
 
 
-def _judge_combine_none(obs: Observations) -> None:
-    for (what, args), out in zip(_NONE_CASES, obs["outs"]):
-        given = [a for a in args if a is not None]
-        if isinstance(out, Raised) and out.type == "NotImplementedError" and not out.message:
-            raise Mistake(f"{what} {out.describe()}")
-        if isinstance(out, Raised):
-            if given:
-                named = " — skip the None entries before combining (None not ignored)" \
-                    if "none" in out.message.lower() else ""
-                raise Mistake(f"{what} {out.describe()}{named}")
-            raise Mistake(f"{what} {out.describe()} — when every mask is None there is nothing to combine: "
-                          f"return None (all None should give None)")
-        if not given:
-            if out is not None:
-                raise Mistake(f"{what} returned {out!r:.60} — with no mask at all the result is None, meaning "
-                              f"'no masking', which attention(q, k, v, mask=None) understands "
-                              f"(all None should give None)")
-            continue
-        suspects = [Suspect("None was treated as a mask that blocks everything (None not ignored)",
-                            lambda given=given: torch.zeros_like(_and_all(given)))]
-        judge_mask(out, ref.combine_masks(*args), what, suspects + (_combine_suspects(given) if len(given) > 1 else []),
-                   hint="None entries are ignored")
-
-
 def _probe_combine_errors(student: Any) -> Observations:
-    causal = ref.causal_mask(4)
+    causal = _tril(4, 4)
     return {
         "float": attempt(lambda: student(causal.clone(), torch.ones(4, 4))),
         "int": attempt(lambda: student(torch.ones(2, 1, 4, dtype=torch.int64), causal.clone())),
     }
 
 
-def _judge_combine_errors(obs: Observations) -> None:
-    mistake = "no ValueError for a non-boolean mask"
-    judge_value_error(obs["float"], "combine_masks(causal (4, 4), a float mask (4, 4))", ("bool",), mistake)
-    judge_value_error(obs["int"], "combine_masks(an int64 mask (2, 1, 4), causal (4, 4))", ("bool",), mistake)
-
-
-register("combine_masks_and", _probe_combine, _judge_combine)
-register("combine_masks_none", _probe_combine_none, _judge_combine_none)
-register("combine_masks_errors", _probe_combine_errors, _judge_combine_errors)
+register("combine_masks_and", _probe_combine)
+register("combine_masks_none", _probe_combine_none)
+register("combine_masks_errors", _probe_combine_errors)
 
 
 # ================================================================ additive_mask
@@ -444,39 +168,8 @@ _ADDITIVE_CASES = [torch.ones(4, 4, dtype=torch.bool).tril(), seeded_mask(2, 1, 
 _ADDITIVE_CASES[2][1, 2] = False  # a fully masked row
 
 
-def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list[Suspect]:
-    zeros = torch.zeros(mask.shape, dtype=dtype)
-    return [
-        Suspect("blocked entries hold -1e9, not -inf: a large negative number is not the same mask — a row "
-                "with every key blocked gets equal weights instead of zeros (-1e9 instead of -inf)",
-                lambda: zeros.masked_fill(~mask, -1e9)),
-        Suspect("blocked entries hold torch.finfo(dtype).min, not -inf (finfo.min instead of -inf)",
-                lambda: zeros.masked_fill(~mask, torch.finfo(dtype).min)),
-        Suspect("it is the mask as numbers, 1 where True and 0 where False; adding it to the scores blocks nothing "
-                "— the additive form is 0 where True and -inf where False (1/0 instead of 0/-inf)",
-                lambda: mask.to(dtype)),
-        Suspect("it is 0 where True and 1 where False; blocked entries must be -inf, so exp(-inf) = 0 "
-                "(0/1 instead of 0/-inf)", lambda: (~mask).to(dtype)),
-        Suspect("it is inverted: -inf must go where the mask is False (blocked), 0 where it is True "
-                "(inverted: -inf where True)", lambda: zeros.masked_fill(mask, NEG_INF)),
-        Suspect("it holds NaN where the mask is True: 0 × -inf is NaN, so multiplying the mask by -inf does not "
-                "work — fill with masked_fill or torch.where (0 × -inf is NaN)",
-                lambda: (~mask).to(dtype) * NEG_INF),
-        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0 (+inf instead of -inf)",
-                lambda: zeros.masked_fill(~mask, float("inf"))),
-    ]
-
-
 def _probe_additive(student: Any) -> Observations:
     return {"outs": [attempt(lambda m=m: student(m.clone())) for m in _ADDITIVE_CASES]}
-
-
-def _judge_additive(obs: Observations) -> None:
-    def one(out: Any, mask: Tensor) -> None:
-        judge_mask(out, ref.additive_mask(mask), f"additive_mask(mask {tuple(mask.shape)})",
-                   _additive_suspects(mask), hint="0.0 where the mask is True, -inf where it is False")
-
-    judge_cases((out, lambda out, mask=mask: one(out, mask)) for mask, out in zip(_ADDITIVE_CASES, obs["outs"]))
 
 
 _DTYPES = (torch.float64, torch.float16, torch.bfloat16)
@@ -492,45 +185,16 @@ def _probe_additive_dtype_device(student: Any) -> Observations:
     }
 
 
-def _judge_additive_dtype_device(obs: Observations) -> None:
-    mask = _ADDITIVE_CASES[1]
-    facts = obs["default"]
-    if isinstance(facts, Raised):
-        raise Mistake(f"additive_mask(mask) {facts.describe()}")
-    if isinstance(facts, dict) and facts["dtype"] != "torch.float32":
-        raise Mistake(f"additive_mask(mask) returned {facts['dtype']}; its default dtype is torch.float32 "
-                      f"(wrong default dtype)")
-    for dtype, out in zip(_DTYPES, obs["dtypes"]):
-        what = f"additive_mask(mask, dtype={dtype})"
-        if isinstance(out, Tensor) and out.dtype != dtype:
-            raise Mistake(f"{what} returned {out.dtype} — create the result in the requested dtype, "
-                          f"`torch.zeros(mask.shape, dtype=dtype, ...)` (dtype argument ignored)")
-        judge_mask(out, ref.additive_mask(mask, dtype), what, _additive_suspects(mask, dtype),
-                   hint=f"-inf exists in every floating dtype, {dtype} included")
-    positional = obs["positional"]
-    if isinstance(positional, dict) and positional["dtype"] != "torch.float64":
-        raise Mistake(f"additive_mask(mask, torch.float64) returned {positional['dtype']} (dtype argument ignored)")
-    _judge_device(obs["meta"], "additive_mask of a mask on the meta device", "meta",
-                  "create the result on mask.device")
-
-
 def _probe_additive_errors(student: Any) -> Observations:
     return {
         "float": attempt(lambda: student(torch.ones(3, 3))),
-        "int_dtype": attempt(lambda: student(ref.causal_mask(3), dtype=torch.int64)),
+        "int_dtype": attempt(lambda: student(_tril(3, 3), dtype=torch.int64)),
     }
 
 
-def _judge_additive_errors(obs: Observations) -> None:
-    judge_value_error(obs["float"], "additive_mask of a float mask", ("bool",),
-                        "no ValueError for a non-boolean mask")
-    judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",),
-                        "no ValueError for a dtype that cannot hold -inf")
-
-
-register("additive_mask_values", _probe_additive, _judge_additive)
-register("additive_mask_dtype_device", _probe_additive_dtype_device, _judge_additive_dtype_device)
-register("additive_mask_errors", _probe_additive_errors, _judge_additive_errors)
+register("additive_mask_values", _probe_additive)
+register("additive_mask_dtype_device", _probe_additive_dtype_device)
+register("additive_mask_errors", _probe_additive_errors)
 
 
 # ================================================================ CausalSelfAttention
@@ -547,50 +211,8 @@ _GRAD_CASE = (8, 4, 4, seeded(2, 5, 8, seed=155, dtype=torch.float64), _TOKENS_L
 
 
 def _pad(tokens: Tensor | None) -> Tensor | None:
-    return None if tokens is None else ref.padding_mask(tokens, 0)
-
-
-def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> list[tuple[str, Callable[[], Any]]]:
-    """(message, make) pairs: ``make()`` returns (out, weights) of attention under one plausible wrong mask."""
-    w = {name: t.to(x.dtype) for name, t in w.items()}
-    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-    t = x.shape[1]
-    causal, pad = ref.causal_mask(t), _pad(tokens)
-    run = lambda mask: attend(q, k, v, mask)  # noqa: E731
-    mistakes = [
-        ("the causal mask is not applied: position i also attends the positions after it — combine "
-         "causal_mask(T) with pad_mask (no causal mask)", lambda: run(pad)),
-        ("the causal mask is the upper triangle: position i attends the positions *after* it "
-         "(upper instead of lower triangle)", lambda: run(ref.combine_masks(causal.T, pad))),
-        ("the mask is inverted: True means 'may attend', so pass the mask itself, not its negation "
-         "(inverted mask)", lambda: run(~ref.combine_masks(causal, pad))),
-        ("the diagonal is masked: a position must attend itself (diagonal excluded)",
-         lambda: run(ref.combine_masks(_tril(t, t, -1), pad))),
-    ]
-    if pad is not None:
-        mistakes += [
-            ("pad_mask is not used: real tokens still attend the padding — combine it with the causal mask "
-             "(pad_mask ignored)", lambda: run(causal)),
-            ("pad_mask was turned into (B, T, 1), so it blocks padded *queries* (rows) instead of padded keys "
-             "(columns); keep it (B, 1, T) (pad mask applied to queries instead of keys)",
-             lambda: run(causal & pad.transpose(-2, -1))),
-            ("the masks are combined with OR: a key must be allowed by the causal mask *and* the padding mask "
-             "(OR instead of AND)", lambda: run(causal | pad)),
-            ("pad_mask is negated: padding_mask is True at real tokens, so use it as it is (pad_mask inverted)",
-             lambda: run(causal & ~pad)),
-        ]
-    return mistakes
-
-
-def _name_module_mistake(actual_out: Any, x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> str:
-    """The message of the first mistake whose output matches ``actual_out``, or ''."""
-    if not isinstance(actual_out, Tensor):
-        return ""
-    for message, make in _module_mistakes(x, tokens, w):
-        out = make()[0]
-        if out.shape == actual_out.shape and torch.allclose(actual_out.to(out.dtype), out, atol=1e-5, rtol=1e-4):
-            return message
-    return ""
+    """The padding mask (B, 1, T) of ``tokens``, pad id 0: True where the token is not a pad."""
+    return None if tokens is None else (tokens != 0).unsqueeze(1)
 
 
 def _run_module(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
@@ -617,55 +239,6 @@ def _probe_forward(student: Any) -> Observations:
             "grad": grad}
 
 
-def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
-                       seed: int) -> None:
-    w = projection_weights(d_model, d_k, d_v, seed)
-    what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
-        "" if tokens is None else f" with pad_mask of tokens {tokens.tolist()}")
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
-    mistakes = _module_mistakes(x, tokens, w)
-    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-    out, weights = attend(q, k, v, ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens)))
-    for part, name in ((1, "weights"), (0, "output")):
-        got = result[part]
-        if isinstance(got, Tensor) and torch.isnan(got).any():
-            raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
-                          f"the softmax of a row of -inf is 0/0 — such a row must give zeros; the given "
-                          f"`attention` does that (NaN on fully masked rows)")
-    for part, name, want in ((1, "weights", weights), (0, "output", out)):
-        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
-        judge_tensor(result[part], want, f"the {name} of {what}", suspects,
-                     hint="position i attends the keys 0..i that are not padding")
-
-
-def _judge_forward(obs: Observations) -> None:
-    judge_cases((result, lambda result, case=case: _judge_one_forward(result, *case))
-                for case, result in zip(_FORWARD_CASES, obs["results"]))
-    d_model, d_k, d_v, x, tokens, seed = _GRAD_CASE
-    what = f"CausalSelfAttention({d_model}, {d_k}) in float64 with pad_mask of tokens {tokens.tolist()}"
-    got = obs["grad"]
-    if isinstance(got, Raised):
-        raise Mistake(f"{what}: forward and backward {got.describe()}")
-    if got["dtype"] != "torch.float64":
-        raise Mistake(f"{what} returned {got['dtype']} — keep the dtype of x (no `.float()`, no hard-coded "
-                      f"dtype=torch.float32) (dtype not kept)")
-    module = load_weights(ref.CausalSelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
-    module = module.double()
-    leaf = x.clone().requires_grad_(True)
-    out, _ = module(leaf, _pad(tokens))
-    (out * seeded(*out.shape, seed=157, dtype=out.dtype)).sum().backward()
-    judge_tensor(got["out"], out.detach(), f"the output of {what}", atol=1e-9, rtol=1e-7)
-    if got["grad"] is None:
-        raise Mistake(f"no gradient reaches x through {what} — something detaches it")
-    judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6,
-                 hint="a pad at the start of a row attends no key; the softmax of its row of -inf is NaN, and "
-                 "adding -inf (rather than masked_fill) lets that NaN flow back into q and k — fill the blocked "
-                 "scores with masked_fill, or use the given `attention` (NaN gradient on fully masked rows)")
-
-
 _LEAK_CASES = [  # (d_model, d_k, d_v, x, tokens or None, seed, first changed position)
     (8, 4, 6, seeded(2, 7, 8, seed=161), None, 162, 4),
     (8, 4, 4, seeded(3, 6, 8, seed=163), _TOKENS_RIGHT_LEFT, 164, 2),
@@ -689,30 +262,6 @@ def _probe_leak(student: Any) -> Observations:
     return {"pairs": pairs}
 
 
-def _outputs(result: Any, what: str) -> Tensor:
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
-    return result[0]
-
-
-def _judge_leak(obs: Observations) -> None:
-    for (d_model, d_k, d_v, x, tokens, seed, start), (base, changed) in zip(_LEAK_CASES, obs["pairs"]):
-        what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
-            "" if tokens is None else " with a pad_mask")
-        before, after = _outputs(base, what), _outputs(changed, what)
-        if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
-            raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
-        if torch.allclose(before[:, :start], after[:, :start], atol=1e-6, rtol=1e-5, equal_nan=True):
-            continue  # NaN is not a leak: the forward and padding cells name it
-        named = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
-        raise Mistake(
-            f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
-            f"0..{start - 1}, so the future leaks into the past — "
-            + (named if named else "build the mask with causal_mask(T) and pass it to attention (future leaks)"))
-
-
 _INVARIANCE_CASES = [  # (d_model, d_k, d_v, x, tokens, seed)
     (8, 4, 4, seeded(3, 7, 8, seed=171), _TOKENS_INVARIANCE, 172),
     (6, 3, 5, seeded(2, 5, 6, seed=173), _TOKENS_LEFT, 174),
@@ -734,27 +283,7 @@ def _probe_invariance(student: Any) -> Observations:
     return {"pairs": pairs}
 
 
-def _judge_invariance(obs: Observations) -> None:
-    for (d_model, d_k, d_v, x, tokens, seed), (base, changed) in zip(_INVARIANCE_CASES, obs["pairs"]):
-        what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) with pad_mask of tokens {tokens.tolist()} (pad_id 0)"
-        before, after = _outputs(base, what), _outputs(changed, what)
-        if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
-            raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
-        if torch.isnan(before).any():
-            raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
-                          f"must give zeros — the given `attention` does that (NaN on fully masked rows)")
-        real = tokens != 0
-        if torch.allclose(before[real], after[real], atol=1e-6, rtol=1e-5):
-            continue
-        named = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
-        raise Mistake(
-            f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets "
-            f"weight — " + (named if named else "combine pad_mask (B, 1, T) with the causal mask "
-                            "(padding leaks into real tokens)"))
-
-
-register("CausalSelfAttention_projections", probe_projections,
-         lambda obs: judge_projections(obs, "CausalSelfAttention"))
-register("CausalSelfAttention_forward", _probe_forward, _judge_forward)
-register("CausalSelfAttention_no_future_leak", _probe_leak, _judge_leak)
-register("CausalSelfAttention_padding_invariance", _probe_invariance, _judge_invariance)
+register("CausalSelfAttention_projections", probe_projections)
+register("CausalSelfAttention_forward", _probe_forward)
+register("CausalSelfAttention_no_future_leak", _probe_leak)
+register("CausalSelfAttention_padding_invariance", _probe_invariance)

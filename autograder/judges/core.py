@@ -1,0 +1,369 @@
+"""The trusted side of every hidden test: judges, which compare observations with the reference.
+
+Each chapter module here registers a ``judge(observations)`` for every check
+whose probe :mod:`autograder.checks` registers under the same id. A judge
+rebuilds the probe's cases (importing them from the sandbox side), runs the
+reference from :mod:`solutions` on them and raises :class:`Mistake` whose
+message names the learner's likely mistake. Nothing here runs in the sandbox.
+
+Observations come from an untrusted file, so :func:`judge_recorded` holds them
+to the shape their cases produce: every key a judge reads must be there,
+every key there must be read by a judge that passes, and judges pair cases
+with observations through ``zip(..., strict=True)``. A record that does not
+fit raises :class:`RecordMismatch`; the grader scores the cell 0 and flags the
+submission.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from autograder.checks.core import (
+    PROJECTION_CASES,
+    Mistake,
+    Observations,
+    Raised,
+    load_all,
+    seeded,
+)
+
+Judge = Callable[[Observations], None]
+
+_JUDGES: dict[str, Judge] = {}
+
+
+class RecordMismatch(Exception):
+    """Observations that do not have the keys or the number of entries the check's cases produce."""
+
+
+def register(check_id: str, judge: Judge) -> None:
+    """Register the judge of the hidden check ``check_id`` (its probe is registered in autograder.checks)."""
+    if check_id in _JUDGES:
+        raise ValueError(f"the judge of check {check_id!r} is registered twice")
+    _JUDGES[check_id] = judge
+
+
+def load_judges() -> dict[str, str]:
+    """Import every judge module (and so the reference); ``{module: "file:line: error"}`` for failures."""
+    return load_all(__package__)
+
+
+def get(check_id: str) -> Judge:
+    load_judges()
+    try:
+        return _JUDGES[check_id]
+    except KeyError:
+        raise KeyError(f"no judge for the hidden check {check_id!r}") from None
+
+
+def ids() -> list[str]:
+    load_judges()
+    return sorted(_JUDGES)
+
+
+# ---------------------------------------------------------------- reading records
+
+class _Record(dict):
+    """Observations that remember which keys a judge has read."""
+
+    def __init__(self, data: dict) -> None:
+        super().__init__(data)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        try:
+            return super().__getitem__(key)
+        except KeyError:
+            raise RecordMismatch(f"the observation {key!r} is missing") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+    def _read_all(self) -> None:
+        self.read.update(super().keys())
+
+    def keys(self):  # noqa: ANN201
+        self._read_all()
+        return super().keys()
+
+    def items(self):  # noqa: ANN201
+        self._read_all()
+        return super().items()
+
+    def values(self):  # noqa: ANN201
+        self._read_all()
+        return super().values()
+
+    def __iter__(self):  # noqa: ANN204
+        self._read_all()
+        return super().__iter__()
+
+
+def decode(value: Any) -> Any:
+    """The inverse of :func:`autograder.checks.core.encode`, for data read from an untrusted file."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            dtype = _DTYPES.get(value["__tensor__"])
+            if dtype is None:
+                raise ValueError(f"unknown dtype {value['__tensor__']!r} in observations")
+            data = _unfinite(value["data"])
+            tensor = torch.tensor(data, dtype=torch.float64 if dtype.is_floating_point else dtype)
+            return tensor.to(dtype).reshape([int(n) for n in value["shape"]])
+        if "__raised__" in value:
+            kind, message = value["__raised__"]
+            return Raised(str(kind), str(message))
+        if "__tuple__" in value:
+            return tuple(decode(v) for v in value["__tuple__"])
+        if "__float__" in value:
+            return float(value["__float__"])
+        return {str(k): decode(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"unexpected {type(value).__name__} in observations")
+
+
+_DTYPES = {name: getattr(torch, name) for name in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool", "complex64")}
+
+
+def _unfinite(data: Any) -> Any:
+    if isinstance(data, list):
+        return [_unfinite(d) for d in data]
+    if isinstance(data, dict):
+        return float(data["__float__"])
+    return data
+
+
+def judge_recorded(check_id: str, encoded: Any) -> None:
+    """Judge observations recorded by a probe (trusted side).
+
+    Raises :class:`Mistake` when the learner's answer is wrong, and
+    :class:`RecordMismatch` when the record does not fit the check's cases.
+    """
+    judge = get(check_id)
+    try:
+        observations = decode(encoded)
+    except Exception as err:
+        raise RecordMismatch(f"the observations cannot be read ({type(err).__name__}: {err})") from None
+    record = _Record(observations) if isinstance(observations, dict) else observations
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            judge(record)
+        except Mistake as failure:
+            # Raise from here, without the judge's frames: the feedback shows the message, not hidden code.
+            raise Mistake(str(failure)) from None
+        except RecordMismatch:
+            raise
+        except Exception as err:  # a strict zip that ran short, a value of a type no probe writes, ...
+            raise RecordMismatch(f"{type(err).__name__}: {err}") from None
+    unread = set(dict.keys(record)) - record.read if isinstance(record, _Record) else set()
+    if unread:
+        raise RecordMismatch(f"unexpected observations {sorted(unread)}")
+
+
+# ---------------------------------------------------------------- judging
+
+@dataclass(frozen=True)
+class Suspect:
+    """A likely mistake: ``produce()`` computes what that mistake would return on the same inputs."""
+
+    message: str
+    produce: Callable[[], Tensor]
+
+
+def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    return torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True)
+
+
+def matching_suspect(actual: Tensor, suspects: Iterable[Suspect], atol: float, rtol: float) -> Suspect | None:
+    for suspect in suspects:
+        try:
+            candidate = suspect.produce()
+        except Exception:  # a mistake that would crash on these inputs cannot be what happened
+            continue
+        if isinstance(candidate, Tensor) and _close(actual, candidate.detach(), atol, rtol):
+            return suspect
+    return None
+
+
+def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
+    """Judge ``(observation, judge)`` pairs: the cases that ran first, then report the first crash.
+
+    A mistake that crashes on one shape but runs on another is then named from
+    the case where it ran, rather than reported as a bare exception.
+    """
+    pairs = list(pairs)
+    for observed, judge in pairs:
+        if not isinstance(observed, Raised):
+            judge(observed)
+    for observed, judge in pairs:
+        if isinstance(observed, Raised):
+            judge(observed)
+
+
+def first_index(found: Tensor) -> tuple[int, ...]:
+    """The index of the first True entry of ``found``."""
+    return tuple(int(i) for i in found.nonzero()[0])
+
+
+def same_values(a: Tensor, e: Tensor) -> Tensor:
+    """Where ``a`` equals ``e`` exactly, NaN matching NaN (and equal infinities, which subtract to NaN)."""
+    return (a == e) | (torch.isnan(a) & torch.isnan(e))
+
+
+def judge_tensor(
+    actual: Any,
+    expected: Tensor,
+    what: str,
+    suspects: Iterable[Suspect] = (),
+    hint: str = "",
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+) -> None:
+    """Raise :class:`Mistake` unless ``actual`` matches ``expected``; name the mistake when a suspect matches."""
+    suspects = list(suspects)
+    tail = f" — {hint}" if hint else ""
+    if isinstance(actual, Raised):
+        raise Mistake(f"{what} {actual.describe()}")
+    if not isinstance(actual, Tensor):
+        extra = " — did you forget to `return` it?" if actual is None else ""
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r}{extra}")
+    if _close(actual, expected, atol, rtol):
+        return
+    suspect = matching_suspect(actual, suspects, atol, rtol)
+    if suspect is not None:
+        raise Mistake(f"{what}: {suspect.message}")
+    if actual.shape != expected.shape:
+        raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
+    if torch.isnan(actual).any() and not torch.isnan(expected).any():
+        first = first_index(torch.isnan(actual))
+        raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
+    a, e = actual.to(torch.float64), expected.to(torch.float64)
+    diff = torch.where(same_values(a, e), torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
+    where = first_index(diff == diff.max())
+    raise Mistake(
+        f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
+    )
+
+
+def judge_contract(
+    obs: Observations,
+    reference: Callable[..., Any],
+    inputs: dict[str, Tensor],
+    seed: int,
+    function: str,
+    forbidden: dict[str, str] | None = None,
+) -> None:
+    """Judge what :func:`~autograder.checks.core.observe_contract` recorded: no forbidden calls, dtype kept,
+    inputs untouched, gradients."""
+    called = obs["called"]
+    for name, message in (forbidden or {}).items():
+        if name in called:
+            raise Mistake(f"{function} calls torch's `{name}` — {message}")
+    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
+        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
+        raise Mistake(
+            f"{function} modified its input {names} in place — use out-of-place operations "
+            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)"
+        )
+    if obs["raised"] is not None:
+        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
+    if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
+        raise Mistake(
+            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype "
+            f"(no `.float()`, no hard-coded `dtype=torch.float32`)"
+        )
+    if not obs["requires_grad"]:
+        raise Mistake(
+            f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
+            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`"
+        )
+    leaves = {
+        name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
+        for name, t in inputs.items()
+    }
+    result = reference(**leaves)
+    out = result[0] if isinstance(result, (tuple, list)) else result
+    judge_tensor(obs["out"], out.detach(), f"{function}'s output on float64 inputs", atol=1e-9, rtol=1e-7)
+    floating = {name: t for name, t in leaves.items() if t.is_floating_point()}
+    cotangent = seeded(*out.shape, seed=seed, dtype=out.dtype)
+    expected = torch.autograd.grad((out * cotangent).sum(), list(floating.values()), allow_unused=True)
+    grads = obs["grads"]
+    if set(grads) != set(floating):
+        raise RecordMismatch(f"gradients recorded for {sorted(grads)}, expected {sorted(floating)}")
+    for (name, _), want in zip(floating.items(), expected, strict=True):
+        got = grads[name]
+        if want is None:
+            continue
+        if got is None:
+            raise Mistake(
+                f"no gradient reaches `{name}` through {function} — something detaches it "
+                f"(`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results)"
+            )
+        judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6,
+                     hint="a NaN gradient on a fully masked row comes from a 0/0 or an exp(-inf - -inf) that "
+                     "torch.where or nan_to_num hides in the forward pass but not in the backward pass; make the "
+                     "values safe before the operation, not after")
+
+
+def contract_check(reference: Callable[..., Any], inputs: dict[str, Tensor], seed: int, function: str,
+                   forbidden: dict[str, str] | None = None) -> Judge:
+    """The judge of a check whose probe is ``observe_contract(call, inputs, seed)``."""
+    return lambda obs: judge_contract(obs, reference, inputs, seed, function, forbidden)
+
+
+# ---------------------------------------------------------------- shared by the chapters
+
+def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str = "") -> None:
+    """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError naming
+    ``must_mention``; ``mistake`` is the short name of the mistake, added to the message when given."""
+    label = f" ({mistake})" if mistake else ""
+    if not isinstance(raised, Raised):
+        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised{label}")
+    if raised.type != "ValueError":
+        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
+                      f"message that names the shapes or dtypes involved{label}")
+    missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
+    if missing:
+        raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
+
+
+def judge_projections(obs: Observations, class_name: str) -> None:
+    """Judge what :func:`~autograder.checks.core.probe_projections` recorded."""
+    for label, args, kwargs in PROJECTION_CASES:
+        d_model, d_k = args[:2]
+        d_v, bias = (args[2] if len(args) > 2 else d_k), kwargs.get("bias", False)
+        call = f"{class_name}({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
+        if isinstance(obs[label], Raised):
+            raise Mistake(f"{call} {obs[label].describe()}")
+        if not obs[label]["is_module"]:
+            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
+            facts = obs[label][name]
+            if facts["type"] != "Linear":
+                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
+            if tuple(facts["weight"]) != (out_features, d_model):
+                raise Mistake(
+                    f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
+                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
+                                                      "when it is not given)" if name == "w_v" else ""))
+            if facts["bias"] != bias:
+                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
+                              f"to nn.Linear")

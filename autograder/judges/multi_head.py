@@ -1,0 +1,589 @@
+"""Judges of Chapter 4 (``04_multi_head``), against :mod:`solutions.multi_head`.
+
+Every check id is the ``grade_id`` of the test cell that runs it; its cases
+and probe are in :mod:`autograder.checks.multi_head`. Each ``Suspect``
+recomputes, on the same inputs, what one plausible mistake would return, so
+that a failing learner is told which mistake it looks like.
+
+The judges compare with :func:`_mha`, which computes multi-head attention
+from the seeded weights the probes load and can be told to make one mistake
+at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from autograder.checks.core import Mistake, Observations, Raised, seeded
+from autograder.checks.multi_head import (
+    _CHANGED_HEAD,
+    _CONTRACT,
+    _CONTRACT_SEED,
+    _DROPOUT_CASE,
+    _FORWARD_CASES,
+    _HEAD_CASE,
+    _MASK_CASES,
+    _MERGE_CASES,
+    _ROUNDTRIP_CASES,
+    _SHAPE_CASES,
+    _SHAPE_SEED,
+    _SPLIT_CASES,
+    _TORCH_CASES,
+    _TORCH_SEED,
+    NAMES,
+    Params,
+    _contract_module,
+    _inputs,
+    _params,
+)
+from autograder.judges.core import (
+    Suspect,
+    judge_cases,
+    judge_tensor,
+    judge_value_error,
+    matching_suspect,
+    register,
+)
+from solutions import multi_head as ref
+from solutions.self_attention import scaled_dot_product_attention as attend
+
+
+def _not_contiguous_hint(raised: Any) -> str:
+    """What a crash of the learner's code most likely means, or ''."""
+    if not isinstance(raised, Raised):
+        return ""
+    if "view size is not compatible" in raised.message:
+        return (" — `.view` needs a contiguous tensor, and a transposed one is not: call `.contiguous()` before "
+                "`.view(...)`, or use `.reshape(...)` (view of a non-contiguous tensor)")
+    if "mat1 and mat2 shapes cannot be multiplied" in raised.message:
+        return (" — w_o expects d_model features per position: check that merge_heads returns "
+                "(B, T, n_heads · d_head), and that the heads come from split_heads")
+    return ""
+
+
+def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
+    """Only the shape of ``got``: a suspect of the same wrong shape names the mistake."""
+    if isinstance(got, Raised):
+        raise Mistake(f"{what} {got.describe()}{_not_contiguous_hint(got)}")
+    if not isinstance(got, Tensor):
+        raise Mistake(f"{what} should return a tensor of shape {expected}, got {got!r:.80}")
+    if tuple(got.shape) == expected:
+        return
+    for suspect in suspects:
+        try:
+            candidate = suspect.produce()
+        except Exception:  # a mistake that would crash here is not what happened
+            continue
+        if isinstance(candidate, Tensor) and tuple(candidate.shape) == tuple(got.shape):
+            raise Mistake(f"{what} has shape {tuple(got.shape)}, expected {expected}: {suspect.message}")
+    raise Mistake(f"{what} has shape {tuple(got.shape)}, expected {expected} ({hint})")
+
+
+# ================================================================ split_heads
+
+def _split_suspects(x: Tensor, n: int) -> list[Suspect]:
+    b, t, d_model = x.shape
+    d = d_model // n
+    return [
+        Suspect("the heads are a plain view of x as (B, n_heads, T, d_head), which cuts the memory of the "
+                "sequence into n_heads pieces instead of cutting each token's features — view as (B, T, n_heads, "
+                "d_head), then transpose(1, 2) (view without transpose)", lambda: x.reshape(b, n, t, d)),
+        Suspect("it stops at (B, T, n_heads, d_head): move the head axis in front of T with transpose(1, 2) "
+                "(missing transpose)", lambda: x.reshape(b, t, n, d)),
+        Suspect("head h got the features h, h + n_heads, h + 2·n_heads, ... — it must get the block "
+                "h·d_head .. (h+1)·d_head - 1: view as (B, T, n_heads, d_head), not (B, T, d_head, n_heads) "
+                "(features interleaved across heads)", lambda: x.reshape(b, t, d, n).permute(0, 3, 1, 2)),
+        Suspect("it cuts the positions T into n_heads groups — every head sees every position, with its own "
+                "d_head = d_model / n_heads features: split the last axis (heads split on the wrong axis)",
+                lambda: x.reshape(b, n, t // n, d_model) if t % n == 0 else None),
+    ]
+
+
+def _split_call(x: Tensor, n: int) -> str:
+    return f"split_heads(x {tuple(x.shape)}, n_heads={n})"
+
+
+def _judge_split_shape(obs: Observations) -> None:
+    def one(out: Any, x: Tensor, n: int) -> None:
+        b, t, d_model = x.shape
+        _judge_shape(out, (b, n, t, d_model // n), _split_call(x, n), _split_suspects(x, n),
+                     "split_heads returns (B, n_heads, T, d_head)")
+
+    judge_cases((out, lambda out, case=case: one(out, *case))
+                for case, out in zip(_SPLIT_CASES, obs["outs"], strict=True))
+
+
+def _judge_split_values(obs: Observations) -> None:
+    def one(out: Any, x: Tensor, n: int) -> None:
+        what = _split_call(x, n)
+        if isinstance(out, Raised):
+            raise Mistake(f"{what} {out.describe()}")
+        judge_tensor(out, ref.split_heads(x, n), what, _split_suspects(x, n),
+                     hint="head h holds the features h·d_head .. (h+1)·d_head - 1 of every position")
+
+    judge_cases((out, lambda out, case=case: one(out, *case))
+                for case, out in zip(_SPLIT_CASES, obs["outs"], strict=True))
+
+
+register("split_heads_shape", _judge_split_shape)
+register("split_heads_values", _judge_split_values)
+register(
+    "split_heads_errors",
+    lambda obs: judge_value_error(obs["raised"], "split_heads(x (2, 3, 10), n_heads=4), where d_model=10 is not "
+                                  "a multiple of n_heads=4", ("10", "4")),
+)
+
+
+# ================================================================ merge_heads
+
+def _merge_suspects(h: Tensor) -> list[Suspect]:
+    b, n, t, d = h.shape
+    return [
+        Suspect("it reshapes (B, n_heads, T, d_head) straight to (B, T, n_heads·d_head), which mixes positions "
+                "and heads — transpose(1, 2) back to (B, T, n_heads, d_head) first (merged without transposing "
+                "back)", lambda: h.reshape(b, t, n * d)),
+        Suspect("the features come out interleaved (feature j of every head, then feature j + 1, ...) — head h "
+                "must fill the block h·d_head .. (h+1)·d_head - 1: go through (B, T, n_heads, d_head), not "
+                "(B, T, d_head, n_heads) (features interleaved across heads)",
+                lambda: h.permute(0, 2, 3, 1).reshape(b, t, n * d)),
+        Suspect("the heads are stacked along the positions, giving n_heads·T rows — concatenate them along the "
+                "features, the last axis (heads concatenated along the positions)", lambda: h.reshape(b, n * t, d)),
+        Suspect("it stops at (B, T, n_heads, d_head): flatten the last two axes into n_heads·d_head features "
+                "(heads not flattened)", lambda: h.transpose(1, 2)),
+        Suspect("the heads are added up, leaving d_head features per position — each head's output is "
+                "T × d_head and only their concatenation is T × d_model (heads summed instead of concatenated)",
+                lambda: h.sum(dim=1)),
+        Suspect("the heads are averaged, leaving d_head features per position — each head's output is "
+                "T × d_head and only their concatenation is T × d_model (heads averaged instead of "
+                "concatenated)", lambda: h.mean(dim=1)),
+    ]
+
+
+def _merge_call(h: Tensor) -> str:
+    return f"merge_heads(x {tuple(h.shape)})"
+
+
+def _judge_merge_one(out: Any, h: Tensor, what: str, expected: Tensor) -> None:
+    if isinstance(out, Raised):
+        raise Mistake(f"{what} {out.describe()}{_not_contiguous_hint(out)}")
+    judge_tensor(out, expected, what, _merge_suspects(h),
+                 hint="head h fills the features h·d_head .. (h+1)·d_head - 1 of every position")
+
+
+def _judge_merge_values(obs: Observations) -> None:
+    judge_cases((out, lambda out, h=h: _judge_merge_one(out, h, _merge_call(h), ref.merge_heads(h)))
+                for h, out in zip(_MERGE_CASES, obs["outs"], strict=True))
+
+
+def _judge_roundtrip(obs: Observations) -> None:
+    def one(out: Any, x: Tensor, n: int) -> None:
+        what = f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,"
+        _judge_merge_one(out, ref.split_heads(x, n), what, x)
+
+    judge_cases((out, lambda out, case=case: one(out, *case))
+                for case, out in zip(_ROUNDTRIP_CASES, obs["outs"], strict=True))
+
+
+register("merge_heads_values", _judge_merge_values)
+register("merge_heads_roundtrip", _judge_roundtrip)
+register(
+    "merge_heads_errors",
+    lambda obs: judge_value_error(obs["raised"], "merge_heads(x (2, 7, 9)), which is not (B, n_heads, T, d_head),",
+                                  ("7", "9")),
+)
+
+
+# ================================================================ MultiHeadAttention: reference and mistakes
+
+def _with_head_axis(mask: Tensor) -> Tensor:
+    return mask.unsqueeze(-3)
+
+
+def _mha(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int, mask: Tensor | None = None, *,
+         place_mask: Callable[[Tensor], Tensor | None] = _with_head_axis, split: Callable = ref.split_heads,
+         merge: Callable = ref.merge_heads, q_scale: float = 1.0, values: str = "w_v", value_input: str = "value",
+         use_bias: bool = True, use_wo: bool = True, average: bool = False) -> tuple[Tensor, Tensor]:
+    """Multi-head attention from ``p``; each keyword makes one mistake."""
+    def linear(x: Tensor, name: str) -> Tensor:
+        w, b = p[name]
+        y = x @ w.to(x.dtype).T
+        return y + b.to(x.dtype) if b is not None and use_bias else y
+
+    q = split(linear(query, "w_q"), n) * q_scale
+    k = split(linear(key, "w_k"), n)
+    v = split(linear(value if value_input == "value" else key, values), n)
+    heads, weights = attend(q, k, v, None if mask is None else place_mask(mask))
+    merged = merge(heads)
+    out = linear(merged, "w_o") if use_wo else merged
+    return out, weights.mean(dim=1) if average else weights
+
+
+def _scrambled_split(x: Tensor, n: int) -> Tensor:
+    b, t, d_model = x.shape
+    return x.reshape(b, n, t, d_model // n)
+
+
+def _scrambled_merge(h: Tensor) -> Tensor:
+    b, n, t, d = h.shape
+    return h.reshape(b, t, n * d)
+
+
+def _single_head(p: Params, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    out, weights = _mha(p, query, key, value, 1, mask)
+    return out, weights[:, 0]
+
+
+def _mha_mistakes(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int,
+                  mask: Tensor | None) -> list[tuple[str, Callable[[], tuple[Tensor, Tensor]]]]:
+    """(message, make) pairs: ``make()`` returns (out, weights) of one plausible mistake."""
+    d_model = query.shape[-1]
+    run = lambda **mistake: _mha(p, query, key, value, n, mask, **mistake)  # noqa: E731
+    mistakes = [
+        ("the concatenated heads are returned without the output projection — out = w_o(merge_heads(heads)) "
+         "(no output projection w_o)", lambda: run(use_wo=False)),
+        (f"the scores are divided by √d_model = √{d_model} — each head compares vectors of d_head = "
+         f"{d_model // n} features, so divide by √d_head (scaled by √d_model instead of √d_head)",
+         lambda: run(q_scale=math.sqrt(1 / n))),
+        ("the values are made with w_k — v = w_v(value) (w_k used for the values)", lambda: run(values="w_k")),
+        ("the values are projected from `key` — v = w_v(value) (values taken from key instead of value)",
+         lambda: run(value_input="key")),
+        ("the projections' biases are left out — call the nn.Linear layers themselves, or pass their bias "
+         "(bias ignored)", lambda: run(use_bias=False)),
+        ("the weights are averaged over the heads — return one attention matrix per head, "
+         "(B, n_heads, T_q, T_k) (weights averaged over heads)", lambda: run(average=True)),
+        ("q, k and v are viewed as (B, n_heads, T, d_head) without a transpose, which scrambles positions and "
+         "heads — split with split_heads (view without transpose)", lambda: run(split=_scrambled_split)),
+        ("the heads are merged by a reshape without transposing back, which mixes positions and heads — merge "
+         "with merge_heads (merged without transposing back)", lambda: run(merge=_scrambled_merge)),
+        ("it attends with a single head of width d_model — split q, k and v into n_heads heads of d_head "
+         "features (heads not split)", lambda: _single_head(p, query, key, value, mask)),
+    ]
+    if mask is not None:
+        last = "unsqueeze(-1), the same as unsqueeze(2) for a 2-D mask" if mask.dim() == 2 else "unsqueeze(-1)"
+        mistakes += [
+            ("the mask is not passed on to the attention: masked keys still get weight (mask ignored)",
+             lambda: run(place_mask=lambda m: None)),
+            ("the mask is inverted: True means 'may attend' (inverted mask)",
+             lambda: run(place_mask=lambda m: ~m.unsqueeze(-3))),
+            (f"the mask was given its new axis at the end ({last}), so its axes no longer line up with the "
+             f"scores (B, n_heads, T_q, T_k) — add the head axis in front of T_q: mask.unsqueeze(-3) turns "
+             f"(B, T_q, T_k) into (B, 1, T_q, T_k) and leaves a (T_q, T_k) mask as it is (mask broadcast onto the "
+             f"wrong axis)", lambda: run(place_mask=lambda m: m.unsqueeze(-1))),
+            ("the mask was given its new axis at dim 2 (unsqueeze(2)), so the queries' axis lines up with the "
+             "heads — add the head axis in front of T_q: mask.unsqueeze(-3) (mask broadcast onto the wrong axis)",
+             lambda: run(place_mask=lambda m: m.unsqueeze(2))),
+        ]
+        if mask.dim() == 2:
+            mistakes.append(
+                ("a (T_q, T_k) mask was given its new axis at dim 1, between T_q and T_k, so its rows line up "
+                 "with the heads — a 2-D mask broadcasts as it is; mask.unsqueeze(-3) adds the head axis in front "
+                 "of T_q whatever the mask's rank (mask broadcast onto the wrong axis)",
+                 lambda: run(place_mask=lambda m: m.unsqueeze(1))))
+    return mistakes
+
+
+def _describe(d_model: int, n: int, query: Tensor, key: Tensor, mask: Tensor | None, bias: bool = True) -> str:
+    what = f"MultiHeadAttention({d_model}, {n}{'' if bias else ', bias=False'}) on query {tuple(query.shape)}"
+    if key is not query:
+        what += f", key and value {tuple(key.shape)}"
+    return what + ("" if mask is None else f", mask {tuple(mask.shape)}")
+
+
+def _pair(result: Any, what: str) -> tuple[Any, Any]:
+    if isinstance(result, Raised):
+        raise Mistake(f"{what} {result.describe()}{_not_contiguous_hint(result)}")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+    return result
+
+
+def _judge_against(result: Any, expected: tuple[Tensor, Tensor], mistakes: list, what: str, hint: str) -> None:
+    got = _pair(result, what)
+    for part, name in ((1, "weights"), (0, "output")):
+        if isinstance(got[part], Tensor) and torch.isnan(got[part]).any() and not torch.isnan(expected[part]).any():
+            raise Mistake(f"the {name} of {what} contain NaN: a query whose keys are all masked must get all-zero "
+                          f"weights (softmax of a row of -inf is 0/0) — the given `attention` does that "
+                          f"(NaN on fully masked rows)")
+        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+        judge_tensor(got[part], expected[part], f"the {name} of {what}", suspects, hint=hint)
+
+
+# ================================================================ MultiHeadAttention: projections and shapes
+
+def _judge_projections(obs: Observations) -> None:
+    for label, bias in (("default", True), ("no_bias", False)):
+        call = "MultiHeadAttention(24, 4" + (")" if bias else ", bias=False)")
+        if isinstance(obs[label], Raised):
+            raise Mistake(f"{call} {obs[label].describe()}")
+        if not obs[label]["is_module"]:
+            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+        for name in NAMES:
+            facts = obs[label][name]
+            if name == "w_o" and facts["type"] == "NoneType":
+                raise Mistake(f"{call} has no `w_o` — the concatenated heads are projected back with "
+                              f"w_o = nn.Linear(d_model, d_model) (no output projection w_o)")
+            if facts["type"] != "Linear":
+                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
+            if facts["weight"] != (24, 24):
+                raise Mistake(f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
+                              f"24 -> 24: every projection is d_model -> d_model, the heads share it in blocks of "
+                              f"d_head = 6 rows")
+            if facts["bias"] != bias:
+                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
+                              f"nn.Linear (bias ignored)")
+
+
+def _judge_shapes(obs: Observations) -> None:
+    for (d_model, n, query, key), result in zip(_SHAPE_CASES, obs["results"], strict=True):
+        key = query if key is None else key
+        what = _describe(d_model, n, query, key, None)
+        out, weights = _pair(result, what)
+        (b, t_q, _), t_k = query.shape, key.shape[1]
+        p = _params(d_model, _SHAPE_SEED, bias=True)
+        mistakes = _mha_mistakes(p, query, key, key, n, None)
+        for got, part, expected, name in ((weights, 1, (b, n, t_q, t_k), "weights"),
+                                          (out, 0, (b, t_q, d_model), "out")):
+            suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+            _judge_shape(got, expected, f"`{name}` of {what}", suspects,
+                         "out is (B, T_q, d_model), weights (B, n_heads, T_q, T_k)")
+
+
+register("MultiHeadAttention_projections", _judge_projections)
+register("MultiHeadAttention_shapes", _judge_shapes)
+
+
+# ================================================================ MultiHeadAttention: values
+
+def _judge_values(cases: list[tuple]) -> Callable[[Observations], None]:
+    def one(result: Any, d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
+            mask: Tensor | None, seed: int, others_ran: bool) -> None:
+        query, key, value = _inputs(query, key, value)
+        what = _describe(d_model, n, query, key, mask, bias)
+        if isinstance(result, Raised) and others_ran and mask is not None and mask.dim() == 2:
+            raise Mistake(f"{what} {result.describe()} — a (T_q, T_k) mask must work as it is: add the head axis "
+                          f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
+                          f"(B, T_q, T_k) masks alike (mask broadcast onto the wrong axis)")
+        p = _params(d_model, seed, bias)
+        hint = "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out = w_o(merged heads)"
+        if mask is not None:
+            hint += "; the same mask for every head, True = may attend"
+        _judge_against(result, _mha(p, query, key, value, n, mask), _mha_mistakes(p, query, key, value, n, mask),
+                       what, hint)
+
+    def judge(obs: Observations) -> None:
+        ran = any(not isinstance(result, Raised) for result in obs["results"])
+        judge_cases((result, lambda result, case=case: one(result, *case, ran))
+                    for case, result in zip(cases, obs["results"], strict=True))
+
+    return judge
+
+
+register("MultiHeadAttention_forward", _judge_values(_FORWARD_CASES))
+register("MultiHeadAttention_mask", _judge_values(_MASK_CASES))
+
+
+# ================================================================ MultiHeadAttention: nn.MultiheadAttention
+
+def _torch_twin(d_model: int, n: int, p: Params) -> nn.MultiheadAttention:
+    twin = nn.MultiheadAttention(d_model, n, batch_first=True)
+    with torch.no_grad():
+        twin.in_proj_weight.copy_(torch.cat([p["w_q"][0], p["w_k"][0], p["w_v"][0]]))
+        twin.in_proj_bias.copy_(torch.cat([p["w_q"][1], p["w_k"][1], p["w_v"][1]]))
+        twin.out_proj.weight.copy_(p["w_o"][0])
+        twin.out_proj.bias.copy_(p["w_o"][1])
+    return twin.eval()
+
+
+def _judge_torch(obs: Observations) -> None:
+    def one(result: Any, d_model: int, n: int, query: Tensor, key: Tensor | None, value: Tensor | None,
+            mask: Tensor | None, torch_masks: dict) -> None:
+        query, key, value = _inputs(query, key, value)
+        what = _describe(d_model, n, query, key, mask) + " compared with nn.MultiheadAttention"
+        p = _params(d_model, _TORCH_SEED, bias=True)
+        twin = _torch_twin(d_model, n, p)
+        with torch.no_grad():
+            out, per_head = twin(query, key, value, average_attn_weights=False, **torch_masks)
+            _, averaged = twin(query, key, value, **torch_masks)
+        mistakes = _mha_mistakes(p, query, key, value, n, mask)
+        hint = "nn.MultiheadAttention splits w_q, w_k, w_v into heads of d_head rows and ends with out_proj = w_o"
+        _judge_against(result, (out, per_head), mistakes, what, hint)
+        judge_tensor(result[1].mean(dim=1), averaged, f"the weights of {what}, averaged over the heads",
+                     hint="average_attn_weights=True averages the per-head weights")
+
+    judge_cases((result, lambda result, case=case: one(result, *case))
+                for case, result in zip(_TORCH_CASES, obs["results"], strict=True))
+
+
+register("MultiHeadAttention_matches_torch", _judge_torch)
+
+
+# ================================================================ MultiHeadAttention: head independence
+
+def _judge_heads(obs: Observations) -> None:
+    d_model, n, x, seed = _HEAD_CASE
+    d = d_model // n
+    what = f"MultiHeadAttention({d_model}, {n}) on x {tuple(x.shape)}"
+    before, after = (_pair(obs[label], what)[1] for label in ("before", "after"))
+    for weights in (before, after):
+        if not isinstance(weights, Tensor) or tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):
+            shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+            p = _params(d_model, seed, bias=True)
+            suspect = matching_suspect(weights, [Suspect(m, lambda make=make: make()[1])
+                                                 for m, make in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4) \
+                if isinstance(weights, Tensor) else None
+            raise Mistake(f"the weights of {what} have shape {shape}, expected one matrix per head "
+                          f"{(x.shape[0], n, x.shape[1], x.shape[1])}" + (f": {suspect.message}" if suspect else ""))
+    changed = [h for h in range(n) if not torch.allclose(before[:, h], after[:, h], atol=1e-6, rtol=1e-5)]
+    if changed == [_CHANGED_HEAD]:
+        return
+    rows = f"{_CHANGED_HEAD * d}..{(_CHANGED_HEAD + 1) * d - 1}"
+    p = _params(d_model, seed, bias=True)
+    suspect = matching_suspect(before, [Suspect(m, lambda make=make: make()[1])
+                                        for m, make in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4)
+    if not changed:
+        raise Mistake(f"{what}: changing the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed no head's "
+                      f"weights — are the queries made with w_q? (w_q not used)")
+    raise Mistake(
+        f"{what}: changing only the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed the weights of "
+        f"heads {changed}, expected head {_CHANGED_HEAD} alone — "
+        + (suspect.message if suspect else "head h must use only the features h·d_head .. (h+1)·d_head - 1 of q, "
+           "k and v: view as (B, T, n_heads, d_head), then transpose(1, 2) (heads mixed)"))
+
+
+register("MultiHeadAttention_head_independence", _judge_heads)
+
+
+# ================================================================ MultiHeadAttention: dropout
+
+def _tensors(result: Any, what: str, like: tuple[Any, Any] | None = None) -> tuple[Tensor, Tensor]:
+    out, weights = _pair(result, what)
+    for got, name, i in ((out, "out", 0), (weights, "weights", 1)):
+        if not isinstance(got, Tensor):
+            raise Mistake(f"{what}: `{name}` should be a tensor, got {got!r:.80}")
+        if like is not None and got.shape != like[i].shape:
+            raise Mistake(f"{what}: `{name}` has shape {tuple(got.shape)}, but {tuple(like[i].shape)} without "
+                          f"dropout — dropout must not change the shapes")
+    return out, weights
+
+
+def _judge_dropout(obs: Observations) -> None:
+    """Judged against the learner's own output without dropout: the value checks judge that output."""
+    d_model, n, x, seed, p_drop = _DROPOUT_CASE
+    call = f"MultiHeadAttention({d_model}, {n}, dropout={p_drop}) on x {tuple(x.shape)}"
+    out, weights = _tensors(obs["none"], f"MultiHeadAttention({d_model}, {n}, dropout=0.0) on x {tuple(x.shape)}")
+
+    eval_out, eval_weights = _tensors(obs["eval"], f"{call} in eval mode", (out, weights))
+    eval_mistake = ("dropout acts only in training mode: use an nn.Dropout module, or "
+                    "F.dropout(..., training=self.training) (dropout applied in eval mode)")
+    if ((eval_weights == 0) & (weights != 0)).any():
+        raise Mistake(f"{call} in eval mode zeroes some attention weights — {eval_mistake}")
+    if not torch.allclose(eval_out, out, atol=1e-5, rtol=1e-4, equal_nan=True):
+        raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0 — {eval_mistake}")
+
+    what = f"{call} in training mode"
+    train_out, train_weights = _tensors(obs["train"], what, (out, weights))
+    if tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):  # the shape checks name that mistake
+        if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
+            raise Mistake(f"{what}: the output is the output without dropout — apply nn.Dropout(dropout) to the "
+                          f"attention weights in forward (dropout ignored)")
+        return
+    kept = train_weights != 0
+    dropped = (~kept & (weights != 0)).float().mean().item()
+    if dropped == 0.0:
+        zeroed = ((train_out == 0) & (out != 0)).float().mean().item()
+        if zeroed > 0.2:
+            raise Mistake(f"{what}: the weights are all kept but {zeroed:.0%} of the output is zero — dropout "
+                          f"belongs on the attention weights, before they multiply v (dropout on the output "
+                          f"instead of the weights)")
+        if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
+            raise Mistake(f"{what}: no attention weight was dropped — apply nn.Dropout(dropout) to the weights "
+                          f"in forward (dropout ignored)")
+        raise Mistake(f"{what}: the returned weights show no dropout, but the output is not the output without "
+                      f"dropout — return the weights after dropout, the ones that multiplied v, as "
+                      f"nn.MultiheadAttention does (weights returned before dropout)")
+    if not 0.25 < dropped < 0.75:
+        raise Mistake(f"{what}: {dropped:.0%} of the weights were dropped, expected about {p_drop:.0%} — pass "
+                      f"`dropout` as the probability of dropping (dropout probability wrong)")
+    judge_tensor(train_weights[kept], weights[kept] / (1 - p_drop), f"the weights that {what} kept",
+                 hint=f"dropout scales the kept weights by 1 / (1 - p) = {1 / (1 - p_drop):g}; nn.Dropout does that")
+    params = _params(d_model, seed, bias=True)
+    reference = _mha(params, x, x, x, n)
+    if weights.shape == reference[1].shape and torch.allclose(weights, reference[1], atol=1e-5, rtol=1e-4) and \
+            torch.allclose(out, reference[0], atol=1e-5, rtol=1e-4):
+        v = ref.split_heads(x @ params["w_v"][0].T + params["w_v"][1], n)
+        expected = ref.merge_heads(train_weights @ v) @ params["w_o"][0].T + params["w_o"][1]
+        judge_tensor(train_out, expected, f"the output of {what}, compared with w_o(merge_heads(weights @ v)) for "
+                     f"the returned weights", hint="multiply v by the weights after dropout (output not computed "
+                     "from the dropped weights)")
+
+
+register("MultiHeadAttention_dropout", _judge_dropout)
+
+
+# ================================================================ MultiHeadAttention: contract
+
+def _judge_contract(obs: Observations) -> None:
+    function = "MultiHeadAttention"
+    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
+        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
+        raise Mistake(f"{function} modified its input {names} in place — use out-of-place operations "
+                      f"(`masked_fill`, not `masked_fill_`; `x = x * s`, not `x *= s`)")
+    if obs["raised"] is not None:
+        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
+    if obs["out_dtype"] != "torch.float64":
+        raise Mistake(f"{function} returned {obs['out_dtype']} for a float64 module and inputs — keep the input's "
+                      f"dtype (no `.float()`, no hard-coded `dtype=torch.float32`)")
+    if not obs["requires_grad"]:
+        raise Mistake(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
+                      f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`")
+    leaves = {name: t.detach().clone().requires_grad_(True) for name, t in _CONTRACT.items()}
+    out = _contract_module(ref.MultiHeadAttention)(**leaves)[0]
+    cotangent = seeded(*out.shape, seed=_CONTRACT_SEED, dtype=out.dtype)
+    expected = torch.autograd.grad((out * cotangent).sum(), list(leaves.values()))
+    same_out = isinstance(obs["out"], Tensor) and obs["out"].shape == out.shape and \
+        torch.allclose(obs["out"], out.detach(), atol=1e-9, rtol=1e-7)
+    for name, want in zip(leaves, expected, strict=True):
+        got = obs["grads"].get(name)
+        if got is None:
+            raise Mistake(f"no gradient reaches `{name}` through {function} — something detaches it (`.detach()`, "
+                          f"`.data`, `.item()`, `.numpy()`, or building a new tensor from results)")
+        if same_out:  # a wrong output is named by the value checks; its gradient would only repeat them
+            judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6)
+    what = f"{function}(8, 2) in float64 with a padding mask (2, 1, 4) whose second row may attend nothing"
+    grad = obs["empty_grad"]
+    if isinstance(grad, Raised):
+        raise Mistake(f"{what}: forward and backward {grad.describe()}")
+    if not isinstance(grad, Tensor):
+        raise Mistake(f"no gradient reaches x through {what} — something detaches it")
+    if torch.isnan(grad).any():
+        raise Mistake(f"the gradient of {what} contains NaN: a query whose keys are all masked must give zeros in "
+                      f"the backward pass too — fill the blocked scores with masked_fill before the softmax and "
+                      f"make the fully masked rows safe, or use the given `attention` (NaN gradient on fully "
+                      f"masked rows)")
+    meta = obs["meta"]
+    if isinstance(meta, Raised):
+        raise Mistake(f"{function}(8, 2) on the `meta` device {meta.describe()} — build every tensor on the device "
+                      f"of the inputs (device not kept)")
+    if meta != ("meta", "meta"):
+        raise Mistake(f"{function}(8, 2) on the `meta` device returned (out, weights) on {meta!r:.80} — keep the "
+                      f"device of the inputs (device not kept)")
+
+
+register("MultiHeadAttention_contract", _judge_contract)
+
+
+# ================================================================ MultiHeadAttention: errors
+
+def _judge_errors(obs: Observations) -> None:
+    judge_value_error(obs["divisible"], "MultiHeadAttention(10, 4), where d_model=10 is not a multiple of n_heads=4,",
+                      ("10", "4"))
+    judge_value_error(obs["d_model"], "MultiHeadAttention(16, 4) on query (2, 3, 12), whose last axis is not "
+                      "d_model=16,", ("12", "16"))
+
+
+register("MultiHeadAttention_errors", _judge_errors)

@@ -1,0 +1,376 @@
+"""Judges of Chapter 1 (``01_self_attention``), against :mod:`solutions.self_attention`.
+
+Every check id is the ``grade_id`` of the test cell that runs it; its cases and
+probe are in :mod:`autograder.checks.self_attention`. Each ``Suspect``
+recomputes, on the same inputs, what one plausible mistake would return, so
+that a failing learner is told which mistake it looks like.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
+from autograder.checks.self_attention import (
+    _FORWARD_CASES,
+    _SCORE_CASES,
+    _SCORES_CONTRACT,
+    _SDPA_CONTRACT,
+    _SOFTMAX_CONTRACT,
+    NEG_INF,
+    _sdpa_case,
+    _softmax_cases,
+)
+from autograder.judges.core import (
+    Suspect,
+    contract_check,
+    judge_cases,
+    judge_projections,
+    judge_tensor,
+    judge_value_error,
+    register,
+)
+from solutions import self_attention as ref
+
+LIBRARY_SOFTMAX = ("softmax", "log_softmax", "_softmax", "softmin")
+
+
+# ================================================================ softmax
+
+def _exp_over_sum(x: Tensor, dim: int, keepdim: bool = True) -> Tensor:
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=keepdim)
+
+
+def _softmax_suspects(x: Tensor, dim: int) -> list[Suspect]:
+    others = [d for d in range(x.dim()) if d != dim % x.dim()]
+    return [
+        *(
+            Suspect(
+                f"it sums to 1 along dim {d}, not along dim={dim} — take the max and the sum along the `dim` "
+                f"argument (softmax over the wrong axis)",
+                lambda d=d: ref.softmax(x, d),
+            )
+            for d in others
+        ),
+        *(
+            Suspect(
+                "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)` "
+                "(forgot keepdim)",
+                lambda shift=shift: _exp_over_sum(x - shift, dim, keepdim=False),
+            )
+            for shift in (0.0, x.amax(dim=dim, keepdim=True))
+        ),
+        Suspect(
+            "it divides by the sum over the whole tensor; sum only along `dim` (normalised over everything)",
+            lambda: torch.exp(x) / torch.exp(x).sum(),
+        ),
+        Suspect("it is not normalised: divide exp(x) by its sum along `dim` (missing the division)",
+                lambda: torch.exp(x)),
+        Suspect("it forgot the exponential: softmax is exp(x) / sum(exp(x)), not x / sum(x)",
+                lambda: x / x.sum(dim=dim, keepdim=True)),
+    ]
+
+
+def _judge_softmax_values(obs: Observations) -> None:
+    judge_cases(
+        (out, lambda out, x=x, dim=dim: judge_tensor(
+            out, ref.softmax(x, dim), f"softmax(x of shape {tuple(x.shape)}, dim={dim})", _softmax_suspects(x, dim)))
+        for (x, dim), out in zip(_softmax_cases("values"), obs["outs"], strict=True)
+    )
+
+
+def _judge_softmax_stable(obs: Observations) -> None:
+    judge_cases((out, lambda out, x=x, dim=dim: _judge_one_stable(out, x, dim))
+                for (x, dim), out in zip(_softmax_cases("stable"), obs["outs"], strict=True))
+
+
+def _judge_one_stable(out: Any, x: Tensor, dim: int) -> None:
+    suspects = [
+        Suspect(
+            "exp overflows for large inputs (exp(89) is already inf in float32), giving inf/inf = NaN — "
+            "subtract the maximum along `dim` before exponentiating; the result is mathematically unchanged "
+            "(overflowing softmax)",
+            lambda x=x, dim=dim: _exp_over_sum(x, dim),
+        ),
+        Suspect(
+            "it subtracts the maximum of the whole tensor, so slices far below it underflow to 0/0 = NaN — "
+            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
+            lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim),
+        ),
+        Suspect(
+            "it subtracts the maximum of the whole tensor, so slices far below it underflow to all zeros — "
+            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
+            lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
+        ),
+        *_softmax_suspects(x, dim),
+    ]
+    judge_tensor(out, ref.softmax(x, dim), f"softmax of large inputs (up to {x.abs().max().item():.0f})",
+                 suspects, hint="subtract the maximum along `dim` before exp (overflowing softmax)")
+
+
+def _judge_softmax_masked(obs: Observations) -> None:
+    judge_cases((out, lambda out, x=x, dim=dim: _judge_one_masked(out, x, dim))
+                for (x, dim), out in zip(_softmax_cases("masked"), obs["outs"], strict=True))
+
+
+def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
+    finite_min = x.masked_fill(torch.isinf(x), torch.finfo(x.dtype).min)
+    suspects = [
+        Suspect(
+            "a slice that is entirely -inf (a query whose keys are all masked) gives NaN: its maximum is -inf "
+            "and -inf - (-inf) is NaN — use 0 where the maximum is not finite, and divide by 1 where the sum "
+            "is 0, so the slice comes out all zeros (NaN on fully masked rows)",
+            lambda x=x, dim=dim: _exp_over_sum(x - x.amax(dim=dim, keepdim=True), dim),
+        ),
+        Suspect(
+            "a slice that is entirely -inf gives equal weights instead of zeros — if you replace -inf by a "
+            "large negative number, zero those slices afterwards (fully masked rows must be all zeros)",
+            lambda x=finite_min, dim=dim: ref.softmax(x, dim),
+        ),
+        *_softmax_suspects(x, dim),
+    ]
+    judge_tensor(out, ref.softmax(x, dim), f"softmax(x with -inf entries, dim={dim})", suspects,
+                 hint="entries of -inf get weight 0, and an all -inf slice gives zeros")
+
+
+def _judge_softmax_library(obs: Observations) -> None:
+    used = [name for name in LIBRARY_SOFTMAX if name in obs["called"]]
+    if used:
+        raise Mistake(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax yourself "
+                      f"from exp, max and sum (calling the library function)")
+    if isinstance(obs["result"], Raised):
+        raise Mistake(f"softmax(x of shape (3, 5)) {obs['result'].describe()}")
+
+
+register("softmax_sums_to_one", _judge_softmax_values)
+register("softmax_stable", _judge_softmax_stable)
+register("softmax_masked_entries", _judge_softmax_masked)
+register("softmax_no_library", _judge_softmax_library)
+register("softmax_contract", contract_check(lambda x: ref.softmax(x, 1), _SOFTMAX_CONTRACT, 52, "softmax",
+                                            {name: "write softmax yourself" for name in LIBRARY_SOFTMAX}))
+
+
+# ================================================================ attention_scores
+
+def _score_suspects(q: Tensor, k: Tensor) -> list[Suspect]:
+    d_k = q.shape[-1]
+    raw = lambda: q @ k.transpose(-2, -1)  # noqa: E731
+    return [
+        Suspect(f"it is not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g} (no scaling)", raw),
+        Suspect(f"it divides by d_k = {d_k} instead of √d_k = {math.sqrt(d_k):g} (dividing by d_k)",
+                lambda: raw() / d_k),
+        Suspect("it multiplies by √d_k instead of dividing by it", lambda: raw() * math.sqrt(d_k)),
+        Suspect(f"it divides by √T_k = √{k.shape[-2]}, the number of keys, instead of √d_k — d_k is the last axis "
+                f"of q and k", lambda: raw() / math.sqrt(k.shape[-2])),
+        Suspect("`k.T` reverses every axis of a batched tensor — transpose only the last two axes with "
+                "`k.transpose(-2, -1)` (or `k.mT`)",
+                lambda: q @ k.permute(*reversed(range(k.dim()))) / math.sqrt(d_k)),
+        Suspect("the scores are transposed: row i must belong to query i — compute q @ kᵀ, not k @ qᵀ "
+                "(transposed scores)", lambda: ref.attention_scores(k, q)),
+    ]
+
+
+def _judge_scores(obs: Observations) -> None:
+    judge_cases(
+        (out, lambda out, q=q, k=k: judge_tensor(
+            out, ref.attention_scores(q, k), f"attention_scores(q {tuple(q.shape)}, k {tuple(k.shape)})",
+            _score_suspects(q, k)))
+        for (q, k), out in zip(_SCORE_CASES, obs["outs"], strict=True)
+    )
+
+
+register("attention_scores_values", _judge_scores)
+register(
+    "attention_scores_checks_shapes",
+    lambda obs: judge_value_error(obs["raised"], "attention_scores(q (2, 3, 4), k (2, 5, 6)) with d_k 4 against 6",
+                                   ("4", "6")),
+)
+register("attention_scores_contract", contract_check(ref.attention_scores, _SCORES_CONTRACT, 69, "attention_scores"))
+
+
+# ================================================================ scaled_dot_product_attention
+
+def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: int) -> list[Suspect]:
+    """Suspects for output ``part`` (0: out, 1: weights) of scaled_dot_product_attention."""
+    d_k = q.shape[-1]
+    raw = q @ k.transpose(-2, -1)
+
+    def attend(scores: Tensor, values: Tensor = v, dim: int = -1) -> Tensor:
+        weights = ref.softmax(scores, dim)
+        return (weights @ values, weights)[part]
+
+    def masked(scores: Tensor, fill: float, keep: Tensor | None = mask) -> Tensor:
+        return scores if keep is None else scores.masked_fill(~keep, fill)
+
+    scores = raw / math.sqrt(d_k)
+    suspects = [
+        Suspect("the softmax runs over the query axis (dim=-2); each query's weights must sum to 1 over the "
+                "keys, dim=-1 (softmax over the wrong axis)", lambda: attend(masked(scores, NEG_INF), dim=-2)),
+        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g} (no scaling)",
+                lambda: attend(masked(raw, NEG_INF))),
+        Suspect(f"the scores are divided by d_k = {d_k} instead of √d_k (dividing by d_k)",
+                lambda: attend(masked(raw / d_k, NEG_INF))),
+    ]
+    if part == 0:
+        suspects += [
+            Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v "
+                    "(keys used as values)", lambda: ref.softmax(masked(scores, NEG_INF)) @ k),
+            Suspect("the output is weights @ q; multiply the weights by v",
+                    lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
+        ]
+    if mask is not None:
+        suspects += [
+            Suspect("the mask is applied after the softmax: masked keys get 0 but the rows no longer sum to 1 — "
+                    "fill masked scores with -inf before the softmax (mask applied after the softmax)",
+                    lambda: (ref.softmax(scores) * mask @ v, ref.softmax(scores) * mask)[part]),
+            Suspect("masked scores are filled with 0, and exp(0) = 1 still gives those keys weight — fill them "
+                    "with -inf (mask filled with 0 instead of -inf)", lambda: attend(masked(scores, 0.0))),
+            Suspect("the mask is inverted: True means 'may attend' (as in F.scaled_dot_product_attention), so block "
+                    "where the mask is False (inverted mask)", lambda: attend(masked(scores, NEG_INF, keep=~mask))),
+            Suspect("the boolean mask was added to the scores (True counts as 1) instead of blocking keys — use "
+                    "`scores.masked_fill(~mask, float('-inf'))` (mask added as numbers)",
+                    lambda: attend(scores + mask)),
+            Suspect("the mask is ignored: masked keys still get weight", lambda: attend(scores)),
+        ]
+    return suspects
+
+
+def _judge_sdpa_result(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, what: str) -> None:
+    out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
+    if isinstance(result, Raised):
+        raise Mistake(f"{what} {result.describe()}")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
+    got_out, got_weights = result
+    if (isinstance(got_out, Tensor) and isinstance(got_weights, Tensor) and got_out.shape == weights.shape
+            and got_weights.shape == out.shape and out.shape != weights.shape):
+        raise Mistake(f"{what} returned (weights, out) — return them in the order (out, weights)")
+    judge_tensor(got_weights, weights, f"the weights of {what}", _sdpa_suspects(q, k, v, mask, 1))
+    judge_tensor(got_out, out, f"the output of {what}", _sdpa_suspects(q, k, v, mask, 0))
+
+
+def _judge_sdpa(case_set: str) -> Any:
+    def judge(obs: Observations) -> None:
+        def one(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
+            what = f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}" + (
+                ")" if mask is None else f", mask {tuple(mask.shape)})")
+            if case_set == "fully_masked":
+                _judge_fully_masked(result, q, k, v, mask, what)
+            _judge_sdpa_result(result, q, k, v, mask, what)
+
+        judge_cases((result, lambda result, case=case: one(result, *case))
+                    for case, result in zip(_sdpa_case(case_set), obs["results"], strict=True))
+
+    return judge
+
+
+def _judge_fully_masked(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, what: str) -> None:
+    if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
+        return  # the shape judge explains
+    out, weights = result
+    dead = ~mask.any(dim=-1)  # (B, T_q): queries that may attend no key
+    if weights.shape[:-1] != dead.shape or out.shape[:-1] != dead.shape:
+        return
+    rows, outs = weights[dead], out[dead]
+    if torch.isnan(rows).any() or torch.isnan(outs).any():
+        raise Mistake(
+            f"{what}: a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0) — such a "
+            f"row must give all-zero weights and an all-zero output (NaN on fully masked rows)")
+    if torch.allclose(rows, torch.full_like(rows, 1.0 / k.shape[-2]), atol=1e-4):
+        raise Mistake(
+            f"{what}: a query whose keys are all masked gets equal weights 1/T_k — that is what filling with a "
+            f"large negative number such as -1e9 does; fill with -inf and make such rows all zeros "
+            f"(-1e9 instead of -inf)")
+    if not (torch.equal(rows, torch.zeros_like(rows)) and torch.allclose(outs, torch.zeros_like(outs))):
+        raise Mistake(f"{what}: a query whose keys are all masked must get all-zero weights and output")
+
+
+def _judge_sdpa_errors(obs: Observations) -> None:
+    for key in ("float_mask", "int_mask"):
+        judge_value_error(obs[key], f"scaled_dot_product_attention with a {key.split('_')[0]} mask "
+                           "(masks must be boolean, True = may attend)", ("bool",))
+    judge_value_error(obs["d_k"], "scaled_dot_product_attention with q (2, 3, 4) and k (2, 5, 7)", ("4", "7"))
+
+
+def _judge_sdpa_shapes(obs: Observations) -> None:
+    for (q, k, v, _), result in zip(_sdpa_case("plain"), obs["results"], strict=True):
+        what = f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)})"
+        out, weights = ref.scaled_dot_product_attention(q, k, v)
+        if isinstance(result, Raised):
+            raise Mistake(f"{what} {result.describe()}")
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
+        for got, want, name in ((result[0], out, "out"), (result[1], weights, "weights")):
+            if not isinstance(got, Tensor) or got.shape != want.shape:
+                shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+                raise Mistake(f"{what}: `{name}` has shape {shape}, expected {tuple(want.shape)} "
+                              f"(out is (..., T_q, d_v), weights (..., T_q, T_k))")
+
+
+register("scaled_dot_product_attention_shapes", _judge_sdpa_shapes)
+register("scaled_dot_product_attention_matches_torch", _judge_sdpa("plain"))
+register("scaled_dot_product_attention_mask", _judge_sdpa("mask"))
+register("scaled_dot_product_attention_fully_masked", _judge_sdpa("fully_masked"))
+register(
+    "scaled_dot_product_attention_gradients",
+    contract_check(
+        ref.scaled_dot_product_attention, _SDPA_CONTRACT, 99, "scaled_dot_product_attention",
+        {"scaled_dot_product_attention": "the exercise asks you to write attention yourself, not to call "
+         "F.scaled_dot_product_attention (calling the library function)"}),
+)
+register("scaled_dot_product_attention_errors", _judge_sdpa_errors)
+
+
+# ================================================================ SelfAttention
+
+def _judge_forward(obs: Observations) -> None:
+    judge_cases((result, lambda result, case=case: _judge_one_forward(result, *case))
+                for case, result in zip(_FORWARD_CASES, obs["results"], strict=True))
+
+
+def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
+                       seed: int) -> None:
+    w = projection_weights(d_model, d_k, d_v, seed)
+    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
+    what = f"SelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + ("" if mask is None else " with a mask")
+    if isinstance(result, Raised):
+        raise Mistake(f"{what} {result.describe()}")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+    attend = ref.scaled_dot_product_attention
+    mistakes = [
+        ("the values are the input x itself — project them with w_v (values not projected)",
+         lambda: attend(q, k, x, mask)),
+        ("the keys are computed with w_q — keys come from w_k", lambda: attend(q, q, v, mask)),
+        ("the mask is not passed on to the attention — forward(x, mask) must use it (mask ignored)",
+         lambda: attend(q, k, v)),
+        ("the scores are scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
+    ]
+    out, weights = attend(q, k, v, mask)
+    for part, name, want in ((1, "weights", weights), (0, "output", out)):
+        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+        judge_tensor(result[part], want, f"the {name} of {what}", suspects)
+
+
+def _judge_module_gradients(obs: Observations) -> None:
+    d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
+    if "raised" in obs:
+        raise Mistake(f"SelfAttention({d_model}, {d_k}, {d_v}): forward and backward {obs['raised'].describe()}")
+    module = load_weights(ref.SelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
+    out, _ = module(x, mask)
+    (out * seeded(*out.shape, seed=105)).sum().backward()
+    for name in ("w_q", "w_k", "w_v"):
+        if obs[name] is None:
+            raise Mistake(f"SelfAttention.{name} received no gradient — is it used in forward, and is nothing "
+                          f"detached on the way?")
+        judge_tensor(obs[name], getattr(module, name).weight.grad, f"the gradient of SelfAttention.{name}.weight")
+
+
+register("SelfAttention_projections", lambda obs: judge_projections(obs, "SelfAttention"))
+register("SelfAttention_forward", _judge_forward)
+register("SelfAttention_gradients", _judge_module_gradients)
