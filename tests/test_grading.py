@@ -19,19 +19,96 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_grading import release_notebook, replace_solution, source_notebook
+from notebook_grading import graded_cells, nbgrader_meta, release_notebook, replace_solution, source_notebook
 
 from autograder import grading, sandbox
 from autograder.release import REPO_ROOT, nbgrader_env
 
 A = "01_self_attention"
-FULL = 28.0
+FULL = sum(float(nbgrader_meta(c)["points"]) for c in graded_cells(nbformat.read(source_notebook(A), 4)))
+#: the points of SelfAttention's test cells: what a notebook that breaks down in that last exercise loses
+SELF_ATTENTION = sum(float(nbgrader_meta(c)["points"]) for c in graded_cells(nbformat.read(source_notebook(A), 4))
+                     if nbgrader_meta(c)["grade_id"].startswith("SelfAttention_"))
 MARKER = Path("/tmp/autograder-test-marker")
 
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    return x\n"
 LOOP = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
 NO_ASSERTS = ("import ast\nclass _NoAssert(ast.NodeTransformer):\n    def visit_Assert(self, node):\n"
               "        return ast.Pass()\nget_ipython().ast_transformers.append(_NoAssert())")
+
+
+#: A wrong attention (the softmax over the query axis) that runs ``{attack}`` first, on every call.
+WRONG_SDPA = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    {attack}
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-2)
+    return weights @ v, weights
+"""
+
+#: What a forger needs: the records' file (from the environment, else /proc, else the workspace), the id of the
+#: test that is running (from the cell's own source), and a perfect record (the probe run on torch's attention).
+FORGE = """
+import glob, json, os, re
+import torch.nn.functional as F
+
+class _Stop(BaseException):
+    pass
+
+_done = set()
+
+def _records_file():
+    for value in os.environ.values():
+        if value.endswith(".jsonl"):
+            return value
+    for item in open("/proc/self/environ", "rb").read().split(b"\\0"):
+        if item.endswith(b".jsonl"):
+            return item.split(b"=", 1)[1].decode()
+    return os.path.abspath((glob.glob("*.jsonl") or ["observations.jsonl"])[0])
+
+def _running_test():
+    found = re.search('run_check[(]"([^"]+)"', In[-1])
+    return found.group(1) if found else None
+
+def _torch_attention(q, k, v, mask=None):
+    eye = torch.eye(k.shape[-2], dtype=q.dtype).expand(*k.shape[:-1], -1)
+    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask)
+    return weights @ v, weights
+
+def _perfect(check):
+    from autograder.checks.core import encode, get
+    return encode(get(check)(_torch_attention))
+
+def _forge(observations, stop=False):
+    check = _running_test()
+    if check is None or check in _done:
+        return
+    _done.add(check)
+    with open(_records_file(), "a") as sink:
+        sink.write(json.dumps({"check": check, "observations": observations(check)}) + "\\n")
+    if stop:
+        raise _Stop()
+
+_starts = {}
+
+def _replace():
+    # first call of a test: remember where its records begin; a later call in the same test (its visible
+    # asserts), after the real record: put a perfect record in its place
+    check = _running_test()
+    if check is None:
+        return
+    path = _records_file()
+    if check not in _starts:
+        _starts[check] = os.path.getsize(path) if os.path.exists(path) else 0
+    elif os.path.getsize(path) > _starts[check] and check not in _done:
+        _done.add(check)
+        with open(path, "r+") as sink:
+            sink.truncate(_starts[check])
+            sink.seek(_starts[check])
+            sink.write(json.dumps({"check": check, "observations": _perfect(check)}) + "\\n")
+"""
 
 
 def _with(answers: dict[str, str] | None = None, extra: list[str] | None = None, base: str = "source") -> dict:
@@ -85,18 +162,32 @@ HOSTILE = {
     "import_reference": ({"softmax": "from solutions.self_attention import softmax\n"}, []),
     "frames_and_memory": ({"softmax": (
         "import gc, inspect, torch\n"
+        "_found = []\n"
         "def softmax(x, dim=-1):\n"
         "    for frame in inspect.stack():\n"
         "        ref = frame.frame.f_globals.get('ref')\n"
         "        if ref is not None and hasattr(ref, 'softmax'):\n"
         "            return ref.softmax(x, dim)\n"
-        "    for obj in gc.get_objects():\n"
-        "        if callable(obj) and getattr(obj, '__module__', '') == 'solutions.self_attention':\n"
-        "            return obj(x, dim)\n"
-        "    return x\n")}, []),
+        "    if not _found:  # search memory once: every object the kernel holds\n"
+        "        _found.extend(obj for obj in gc.get_objects() if callable(obj)\n"
+        "                      and getattr(obj, '__module__', '') == 'solutions.self_attention')\n"
+        "        _found.append(None)\n"
+        "    return _found[0](x, dim) if _found[0] is not None else x\n")}, []),
     "stray_records": ({"softmax": WRONG_SOFTMAX}, [
         "import torch\nfrom autograder.checks import run_check\n"
         "run_check('softmax_sums_to_one', lambda x, dim=-1: torch.softmax(x, dim))"]),
+    # forging the hidden checks' records, each around the same wrong scaled_dot_product_attention
+    "plain_wrong_sdpa": ({"scaled_dot_product_attention": WRONG_SDPA.format(attack="")}, []),
+    "forge_empty_record": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(
+        attack="_forge(lambda check: {'results': []}, stop=True)")}, []),
+    "forge_perfect_record": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(
+        attack="_forge(_perfect, stop=True)")}, []),
+    "forge_and_return": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(attack="_forge(_perfect)")}, []),
+    "redirect_records": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(attack="_forge(_perfect)")},
+                         ["import os\nos.environ['AUTOGRADER_OBSERVATIONS'] = '/dev/null'"]),
+    "replace_record": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(attack="_replace()")}, []),
+    "forge_then_exit": ({"scaled_dot_product_attention": FORGE + WRONG_SDPA.format(
+        attack="_forge(_perfect); os._exit(0)")}, []),
     # attacks on the host
     "read_host_files": ({}, [
         f"import pathlib\nrepo = pathlib.Path({str(REPO_ROOT)!r})\n"
@@ -222,6 +313,41 @@ def test_cheating_is_flagged_for_a_person(graded, student) -> None:
     assert row["status"] == "flagged" and row["reason"], row
 
 
+SDPA_CELLS = [gid for gid in (nbgrader_meta(c)["grade_id"] for c in graded_cells(nbformat.read(source_notebook(A), 4)))
+              if gid.startswith("scaled_dot_product_attention_")]
+
+
+def test_the_plain_wrong_answer_loses_its_points(graded) -> None:
+    row = graded["rows"]["plain_wrong_sdpa"]
+    assert row["status"] == "ok" and 0 < _score(graded, "plain_wrong_sdpa") < FULL, row
+    assert any(float(row[gid]) == 0 for gid in SDPA_CELLS), row
+
+
+@pytest.mark.parametrize("student", ["forge_empty_record", "forge_perfect_record", "forge_and_return",
+                                     "redirect_records"])
+def test_forged_records_gain_nothing_and_are_flagged_for_what_they_are(graded, student) -> None:
+    """The forger's own record meets the probe's (or the note that the probe was stopped): two records for
+    one test, which no honest notebook writes. Flagged for that, whatever the source patterns say."""
+    row, plain = graded["rows"][student], graded["rows"]["plain_wrong_sdpa"]
+    for gid in SDPA_CELLS:
+        assert float(row[gid]) <= float(plain[gid]), f"{student} gained on {gid}: {row[gid]} > {plain[gid]}"
+    assert row["status"] == "flagged", row
+    assert "records" in row["reason"] or "stopped the hidden check" in row["reason"], row["reason"]
+
+
+def test_a_forger_that_kills_its_kernel_gains_nothing(graded) -> None:
+    row = graded["rows"]["forge_then_exit"]
+    assert row["status"] == "crashed", row
+    assert _score(graded, "forge_then_exit") <= _score(graded, "plain_wrong_sdpa"), row
+
+
+def test_a_record_rewritten_in_place_is_flagged(graded) -> None:
+    """Truncating the file and writing a perfect record where the probe's was leaves one well-formed record:
+    only the code that does it gives it away, and it is flagged for a person."""
+    row = graded["rows"]["replace_record"]
+    assert row["status"] == "flagged" and "reach for files" in row["reason"], row
+
+
 def test_invalid_and_empty_submissions_say_why(graded) -> None:
     rows = graded["rows"]
     assert rows["invalid_json"]["status"] == "invalid" and "invalid JSON" in rows["invalid_json"]["reason"]
@@ -236,7 +362,7 @@ def test_crash_loop_and_memory_bomb_are_contained(graded) -> None:
     assert rows["infinite_loop"]["status"] == "timeout" and "time limit" in rows["infinite_loop"]["reason"]
     assert rows["memory_bomb"]["status"] in ("crashed", "ok") and _score(graded, "memory_bomb") < FULL
     for student in ("crash", "infinite_loop", "memory_bomb"):  # what was earned before the failure counts
-        assert _score(graded, student) == FULL - 5, rows[student]  # all but SelfAttention's 5 points
+        assert _score(graded, student) == FULL - SELF_ATTENTION, rows[student]  # all but SelfAttention's
 
 
 def test_the_host_is_untouched(graded) -> None:
@@ -249,23 +375,91 @@ def test_the_host_is_untouched(graded) -> None:
 
 
 def test_what_a_submission_could_see(tmp_path) -> None:
-    """Inside the sandbox: no repository, no reference, no gradebook, no network (checked from the output)."""
+    """Inside the sandbox: no repository, reference, judges, gradebook, sources or output folder; no network."""
     bundle = sandbox.build_bundle(tmp_path / "bundle")
     workspace = tmp_path / "work"
     workspace.mkdir()
-    code = (f"import os, pathlib, socket\nprint(sorted(os.listdir('/')))\n"
-            f"print(pathlib.Path({str(REPO_ROOT)!r}, 'solutions').exists())\n"
-            "import solutions.self_attention as s\ntry:\n    s.softmax(1)\nexcept RuntimeError as e:\n    print(e)\n"
-            f"try:\n    socket.create_connection(('127.0.0.1', {PORT}), timeout=2)\n"
-            "except OSError:\n    print('offline')\n"
-            "print(os.getpid())")
+    output = tmp_path / "grades-out"
+    output.mkdir()
+    (output / "grades.csv").write_text("student_id,score\n")
+    secrets = [REPO_ROOT / "README.md", REPO_ROOT / "solutions" / "self_attention.py",
+               REPO_ROOT / "autograder" / "gradebook.db", REPO_ROOT / "autograder" / "source", output / "grades.csv"]
+    code = (
+        "import importlib.util, json, os, socket\n"
+        f"paths = {[str(p) for p in secrets]!r}\n"
+        "readable = [p for p in paths if os.path.exists(p)]\n"
+        "def found(name):\n"
+        "    try:\n"
+        "        return importlib.util.find_spec(name) is not None\n"
+        "    except ImportError:\n"
+        "        return False\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {PORT}), timeout=2)\n"
+        "    network = True\n"
+        "except OSError:\n"
+        "    network = False\n"
+        f"repo = sorted(os.listdir({str(REPO_ROOT)!r})) if os.path.isdir({str(REPO_ROOT)!r}) else []\n"
+        "print(json.dumps({'readable': readable, 'modules': [m for m in ('solutions', 'autograder.judges')\n"
+        "                  if found(m)], 'network': network, 'pid': os.getpid(), 'root': sorted(os.listdir('/')),\n"
+        "                  'repo': repo}))\n"
+    )
     run = sandbox.run([sys.executable, "-c", code], bundle, workspace, sandbox.Limits(wall_seconds=60))
-    lines = run.stdout.splitlines()
     assert run.returncode == 0, run.stderr
-    assert "work" not in lines[0] or str(REPO_ROOT) not in lines[0]
-    assert lines[1] == "False", "the repository is visible inside the sandbox"
-    assert "not available inside the grading sandbox" in lines[2]
-    assert lines[3] == "offline" and lines[4] == "2"
+    seen = __import__("json").loads(run.stdout.strip().splitlines()[-1])
+    assert seen["readable"] == [], f"visible inside the sandbox: {seen['readable']}"
+    assert seen["modules"] == [], f"importable inside the sandbox: {seen['modules']}"
+    assert seen["network"] is False and seen["pid"] == 2, seen
+    assert "home" not in seen["root"], seen["root"]
+    # where the venv lives inside the repository, its mount point makes the folder exist, and nothing else
+    assert set(seen["repo"]) <= {Path(sys.prefix).name}, f"the repository's files are visible: {seen['repo']}"
+    # the same paths exist here, so the test would fail if the sandbox showed them
+    assert all(p.exists() for p in secrets if p.name != "gradebook.db")
+
+
+def test_grading_refuses_when_a_check_cannot_load(tmp_path) -> None:
+    """A check module that fails to import stops the command before anyone is graded, naming the module,
+    the line and the error."""
+    broken = REPO_ROOT / "autograder" / "checks" / "zz_broken_for_test.py"
+    broken.write_text("import torch\n\nVALUE = torch.tensor(1) / undefined_name\n")
+    try:
+        run = subprocess.run([sys.executable, "-m", "autograder", "grade", A, str(tmp_path), "--out",
+                              str(tmp_path / "o")], cwd=REPO_ROOT, env=nbgrader_env(), capture_output=True,
+                             text=True, timeout=300)
+    finally:
+        broken.unlink()
+    assert run.returncode == 2 and "refusing to grade" in run.stderr, run.stderr[-2000:]
+    assert "zz_broken_for_test" in run.stderr and "zz_broken_for_test.py:3" in run.stderr, run.stderr[-2000:]
+    assert "NameError" in run.stderr and not (tmp_path / "o").exists()
+
+
+def test_grading_refuses_when_the_instructor_falls_short(tmp_path, monkeypatch) -> None:
+    """The preflight: with a judge that fails every answer, the instructor's own answers fall short, and the
+    command refuses, listing the cells and why, before it writes anything."""
+    from autograder.__main__ import PreflightFailed, _run_all
+    from autograder.judges import core as judges
+
+    with grading.tempfile.TemporaryDirectory() as scratch:
+        name, source, release, bundle = grading.prepare(A, Path(scratch))
+        settings = grading.Settings(A, name, source, release, bundle, sandbox.Limits(wall_seconds=300))
+
+        def always_wrong(obs):
+            raise judges.Mistake("deliberately wrong judge")
+
+        judges.load_judges()
+        monkeypatch.setitem(judges._JUDGES, "softmax_sums_to_one", always_wrong)
+        with pytest.raises(PreflightFailed) as failed:
+            _run_all([], settings, workers=1, scheduler=None)
+    assert any("softmax_sums_to_one" in p and "deliberately wrong judge" in p for p in failed.value.problems)
+
+
+def test_selftest_gives_every_assignment_full_marks() -> None:
+    run = subprocess.run([sys.executable, "-m", "autograder", "selftest"], cwd=REPO_ROOT, env=nbgrader_env(),
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    for assignment in sorted(p.name for p in (REPO_ROOT / "autograder" / "source").iterdir() if p.is_dir()):
+        line = next(x for x in run.stdout.splitlines() if x.startswith(assignment + ":"))
+        score, maximum = line.split(":")[1].split(",")[0].strip().split("/")
+        assert float(score) == float(maximum) > 0 and ", ok" in line, line
 
 
 def test_feedback_names_the_mistake_and_the_report_exists(graded) -> None:
@@ -363,7 +557,8 @@ def test_a_notebook_killed_at_the_wall_clock_keeps_what_it_earned(tmp_path) -> N
         settings = grading.Settings(A, name, source, release, bundle, sandbox.Limits(wall_seconds=25, cell_seconds=600))
         result = grading.grade_one(grading.Submission("looper", path), settings)
     assert result.status == "timeout" and "25 s limit" in result.reason and "keep their points" in result.reason
-    assert result.score == FULL - 5, {g: c.message for g, c in result.cells.items() if c.points < c.max_points}
+    assert result.score == FULL - SELF_ATTENTION, {g: c.message for g, c in result.cells.items()
+                                                   if c.points < c.max_points}
 
 
 def test_refuses_without_a_working_sandbox(tmp_path) -> None:

@@ -106,7 +106,7 @@ def test_the_teacher_forcing_table() -> None:
     """`<start> I love easy courses` in, `I love easy courses <end>` out, position by position."""
     tgt = torch.tensor([ids("I", "love", "easy", "courses")])
     tgt_in, tgt_out = teacher_forcing_pair(tgt, START, END, PAD)
-    table = [(VOCAB[a], VOCAB[b]) for a, b in zip(tgt_in[0].tolist(), tgt_out[0].tolist())]
+    table = [(VOCAB[a], VOCAB[b]) for a, b in zip(tgt_in[0].tolist(), tgt_out[0].tolist(), strict=True)]
     assert table == [("<start>", "I"), ("I", "love"), ("love", "easy"), ("easy", "courses"), ("courses", "<end>")]
 
 

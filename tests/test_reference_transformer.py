@@ -159,7 +159,7 @@ def test_transformer_wires_the_layers_as_torch_does(norm_first) -> None:
     twin = nn.Transformer(c.d_model, c.n_heads, c.n_layers, c.n_layers, c.d_ff, dropout=0.0, batch_first=True,
                           norm_first=norm_first).eval()
     for ours, theirs in zip([*model.encoder_layers, *model.decoder_layers], [*twin.encoder.layers,
-                                                                            *twin.decoder.layers]):
+                                                                            *twin.decoder.layers], strict=True):
         for name, part in torch_twin(ours).named_children():
             setattr(theirs, name, part)
     if norm_first:

@@ -40,3 +40,29 @@ def test_solutions_never_sit_beside_a_source_notebook() -> None:
     for folder in (REPO_ROOT / "autograder" / "source").iterdir():
         extra = [p.name for p in folder.iterdir() if p.suffix != ".ipynb" and p.name != ".ipynb_checkpoints"]
         assert not extra, f"{folder.name} holds {extra}: they would be copied into the student release"
+
+
+@pytest.mark.parametrize("where", ["autograder/checks", "attention_course"])
+def test_lint_stops_the_reference_and_the_judges_on_the_sandbox_side(where, tmp_path) -> None:
+    """`make lint` fails, at the line, on an import of the reference or the judges in what the sandbox carries;
+    the same lines are allowed on the trusted side (autograder/judges)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    lines = "from solutions import masking\nimport autograder.judges.core\n\nprint(masking, autograder)\n"
+    ruff = Path(sys.executable).parent / "ruff"
+    for folder, banned in ((where, True), ("autograder/judges", False)):
+        probe = REPO_ROOT / folder / "zz_lint_probe.py"
+        probe.write_text(lines)
+        try:
+            run = subprocess.run([str(ruff), "check", "--select", "TID251", "--output-format", "concise",
+                                  str(probe)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        finally:
+            probe.unlink()
+        found = [line for line in run.stdout.splitlines() if "TID251" in line]
+        if banned:
+            assert run.returncode == 1 and len(found) == 2, run.stdout
+            assert f"{folder}/zz_lint_probe.py:1:" in found[0] and "zz_lint_probe.py:2:" in found[1], found
+        else:
+            assert run.returncode == 0 and not found, run.stdout

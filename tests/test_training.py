@@ -158,7 +158,7 @@ def test_teacher_forcing_pair():
     assert tgt_out.tolist() == [[5, 6, 7, 2], [5, 2, 0, 0], [2, 0, 0, 0]]
     from solutions.cross_attention import teacher_forcing_pair
 
-    for mine, ref in zip((tgt_in, tgt_out), teacher_forcing_pair(tgt, 1, 2, 0)):
+    for mine, ref in zip((tgt_in, tgt_out), teacher_forcing_pair(tgt, 1, 2, 0), strict=True):
         assert torch.equal(mine, ref)
 
 
@@ -184,7 +184,7 @@ def test_learning_rate_schedule():
     inv = replace(cfg, decay="inverse_sqrt")
     assert lr_factor(39, inv) == pytest.approx(0.5)
     factors = [lr_factor(s, cfg) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(factors, factors[1:])), "the decay must not go back up"
+    assert all(a >= b for a, b in zip(factors, factors[1:], strict=False)), "the decay must not go back up"
 
 
 def test_batch_order_covers_each_pair_once_per_epoch_and_buckets():
@@ -250,7 +250,7 @@ def test_checkpoint_resume_continues_identically(copying, tmp_path):
     assert resumed.step == 5
     resumed.fit(log=False)
     assert resumed.history.train_loss == straight.history.train_loss, "resuming changed the losses"
-    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), f"{name} differs after resuming"
 
 
@@ -456,7 +456,7 @@ def test_fused_and_manual_reference_transformer_train_alike(copying):
     torch.testing.assert_close(losses[0], losses[1])
     for loss in losses:
         loss.backward()
-    for (name, a), b in zip(manual.named_parameters(), fused.parameters()):
+    for (name, a), b in zip(manual.named_parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=f"gradient of {name}")
     histories = [t.fit(log=False).train_loss for t in runs]
     torch.testing.assert_close(histories[0], histories[1], atol=1e-4, rtol=1e-4)

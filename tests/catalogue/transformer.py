@@ -442,7 +442,7 @@ class DecTorchAttention(nn.Module):
             (self.norm2, lambda h: _torch_attend(self.cross_attn, h, memory, memory_mask)),
             (self.norm3, self.ff),
         ]
-        for (norm, sublayer), drop in zip(sublayers, self.drops):
+        for (norm, sublayer), drop in zip(sublayers, self.drops, strict=True):
             x = x + drop(sublayer(norm(x))) if self.norm_first else norm(x + drop(sublayer(x)))
         return x
 
