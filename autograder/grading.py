@@ -26,6 +26,7 @@ import json
 import re
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,8 @@ class Result:
     status: str
     reason: str
     cells: dict[str, CellResult] = field(default_factory=dict)
+    #: seconds per phase (see ``PHASES``): the batch summary and the benchmark add them up
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -309,22 +312,17 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         student = read_student_notebook(submission.notebook, submission.data)
     except (ValueError, OSError) as err:
         return row("invalid", str(err))
+    started = time.perf_counter()
     release = json.loads(settings.release.read_text())
     assembled, notes = assemble(json.loads(settings.source.read_text()), release, student)
     if submission.note:
         notes.insert(0, submission.note)
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
-        workspace = Path(tmp)
-        (workspace / "assembled.ipynb").write_text(json.dumps(assembled))
-        inside = Path(sandbox.WORK_MOUNT) if settings.use_sandbox else workspace
-        argv = [sys.executable, "-m", "autograder.runner", str(inside / "assembled.ipynb"),
-                str(inside / "executed.ipynb"), str(inside / "observations.jsonl"), str(settings.limits.cell_seconds)]
-        run = sandbox.run(argv, _bundle(settings), workspace, settings.limits, settings.use_sandbox)
-        observations = workspace / "observations.jsonl"
-        data = observations.read_bytes()[:MAX_OBSERVATION_BYTES] if observations.exists() else b""
-    summary = _summary(run.stdout)
-    cells, flags = _judge(settings, summary, data, assembled)
-    status, reason = _status(run, summary, assembled, flags, settings.limits)
+    timings = {"assemble_s": time.perf_counter() - started}
+    execution = execute(assembled, settings)
+    timings.update(execution.timings)
+    started = time.perf_counter()
+    cells, flags = _judge(settings, execution.summary, execution.observations, assembled)
+    status, reason = _status(execution, assembled, flags, settings.limits)
     patterns = suspicious(student)
     if patterns and status == "ok":
         status, reason = "flagged", "the answers " + "; ".join(patterns)
@@ -332,7 +330,29 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
         reason += "; also: the answers " + "; ".join(patterns)
     if notes:
         reason = "; ".join(filter(None, [reason, *notes]))
-    return Result(submission.student_id, settings.assignment, status, reason, cells)
+    timings["judge_s"] = time.perf_counter() - started
+    return Result(submission.student_id, settings.assignment, status, reason, cells, timings)
+
+
+#: The phases of one submission, in order: a worker's start-up (Python, torch, the probes: once per worker, not
+#: per submission), assembling the notebook, the fork and its namespaces, running the cells, judging.
+PHASES = {"worker_start_s": "worker start-up (once per worker)", "assemble_s": "assemble the notebook",
+          "start_s": "fork and sandbox the notebook", "cells_s": "run the cells (the learner's code and probes)",
+          "judge_s": "judge the records"}
+
+
+def execute(assembled: dict, settings: Settings) -> sandbox.Execution:
+    """Run ``assembled`` on a warm worker. A worker that dies under a notebook (not the notebook's own process,
+    which the worker watches) is replaced and the notebook run once more on the fresh one."""
+    for _attempt in range(2):
+        with sandbox.worker(_bundle(settings), settings.limits, settings.use_sandbox) as worker:
+            execution = worker.run(assembled, settings.limits)
+        if execution.summary and execution.summary.get("setup_failed"):
+            raise sandbox.WorkerFailed("the sandbox could not give the notebook its own namespaces "
+                                       f"({execution.summary['setup_failed']}); no notebook can be graded here")
+        if not execution.worker_died:
+            break
+    return execution
 
 
 _WORKER_BUNDLES: dict[Path, Path] = {}
@@ -346,28 +366,6 @@ def _bundle(settings: Settings) -> Path:
     if settings.bundle not in _WORKER_BUNDLES:
         _WORKER_BUNDLES[settings.bundle] = sandbox.build_bundle(Path(tempfile.mkdtemp(prefix="autograder-bundle-")))
     return _WORKER_BUNDLES[settings.bundle]
-
-
-def _summary(stdout: str) -> dict | None:
-    """The runner's closing line; or, when it was killed before writing one, the test cells it reported as it
-    went (``stopped`` None: the caller knows it timed out); None when there is neither."""
-    cells: dict = {}
-    for line in stdout.splitlines():
-        if line.startswith("AUTOGRADER-CELL "):
-            try:
-                value = json.loads(line.removeprefix("AUTOGRADER-CELL "))
-            except json.JSONDecodeError:
-                continue
-            if isinstance(value, dict):
-                cells.update(value)
-    for line in reversed(stdout.splitlines()):
-        if line.startswith("AUTOGRADER-RESULT "):
-            try:
-                value = json.loads(line.removeprefix("AUTOGRADER-RESULT "))
-            except json.JSONDecodeError:
-                return None
-            return value if isinstance(value, dict) and isinstance(value.get("ranges"), dict) else None
-    return {"ranges": cells, "stopped": None, "partial": True} if cells else None
 
 
 def _judge(settings: Settings, summary: dict | None, data: bytes,
@@ -453,9 +451,9 @@ def _grade_id_at(assembled: dict, index: object) -> str | None:
     return _nbgrader(assembled["cells"][index]).get("grade_id")
 
 
-def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, flags: list[str],
+def _status(execution: sandbox.Execution, assembled: dict, flags: list[str],
             limits: sandbox.Limits) -> tuple[str, str]:
-    status, reason = _run_status(run, summary, assembled, limits)
+    status, reason = _run_status(execution, assembled, limits)
     if flags and status == "ok":
         return "flagged", "; ".join(flags)
     if flags:
@@ -463,20 +461,23 @@ def _status(run: sandbox.Completed, summary: dict | None, assembled: dict, flags
     return status, reason
 
 
-def _run_status(run: sandbox.Completed, summary: dict | None, assembled: dict,
-                limits: sandbox.Limits) -> tuple[str, str]:
-    stopped = (summary or {}).get("stopped")
-    if run.timed_out:
-        kept = "; the tests that ran before it keep their points" if (summary or {}).get("ranges") else ""
+def _run_status(execution: sandbox.Execution, assembled: dict, limits: sandbox.Limits) -> tuple[str, str]:
+    summary = execution.summary or {}
+    stopped = summary.get("stopped")
+    if execution.timed_out:
+        kept = "; the tests that ran before it keep their points" if summary.get("ranges") else ""
         return "timeout", f"the notebook ran past the {limits.wall_seconds} s limit and was stopped{kept}"
     if isinstance(stopped, dict):
         where = _where(assembled, stopped.get("cell"))
         if stopped.get("why") == "timeout":
             return "timeout", f"{where} ran past the per-cell time limit"
         return "crashed", f"the Python kernel died while running {where} (exited, crashed or ran out of memory)"
-    if summary is None or summary.get("partial"):  # the runner itself died before its closing line
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        if "MemoryError" in run.stderr or run.returncode in (-9, 137):
+    if execution.worker_died:
+        tail = (execution.stderr.splitlines() or ["no output"])[-1][:300]
+        return "crashed", f"the grading worker stopped twice while running this notebook ({tail})"
+    if not summary.get("done"):  # its process ended outside any cell
+        tail = (execution.stderr.splitlines() or ["no output"])[-1][:300]
+        if "MemoryError" in execution.stderr or execution.exit_code in (-9, 137):
             return "crashed", f"the notebook ran out of memory ({tail})"
         return "crashed", f"the notebook could not be run to the end ({tail})"
     return "ok", ""

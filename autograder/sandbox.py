@@ -13,19 +13,26 @@ it), and limits on memory, processes, file size and wall-clock time.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLE_MOUNT, WORK_MOUNT = "/bundle", "/submission"
+SANDBOX_ID = 1000  # the uid and gid of the code inside the sandbox (mapped to the grader's own outside)
 
 
 @dataclass(frozen=True)
@@ -75,25 +82,26 @@ def _system_binds() -> list[str]:
     return args
 
 
-def command(argv: list[str], bundle: Path, workspace: Path, limits: Limits) -> list[str]:
-    """The bwrap command line that runs ``argv`` inside the sandbox."""
+def command(argv: list[str], bundle: Path, workspace: Path, limits: Limits, binds: list[str] | None = None,
+            env: dict[str, str] | None = None) -> list[str]:
+    """The bwrap command line that runs ``argv`` inside the sandbox, ``workspace`` at /submission (or, with
+    ``binds``, those bwrap arguments instead) and ``env`` set on top of the sandbox's environment."""
+    mounts = binds if binds is not None else ["--bind", str(workspace), WORK_MOUNT, "--chdir", WORK_MOUNT]
+    settings = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": WORK_MOUNT,
+                "PYTHONPATH": BUNDLE_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
+                "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **(env or {})}
     return [
-        "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        # not root even inside: a worker's namespaces can then map the sandbox's user into each job's own
+        "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID),
         # the private /tmp first: bwrap mounts in order, and the venv may itself live under /tmp
         "--size", str(limits.workspace_bytes), "--tmpfs", "/tmp",
         *_system_binds(),
         "--ro-bind", str(bundle), BUNDLE_MOUNT,
-        "--bind", str(workspace), WORK_MOUNT,
+        *mounts,
         "--proc", "/proc", "--dev", "/dev",
-        "--chdir", WORK_MOUNT,
         "--clearenv",
-        "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "--setenv", "HOME", WORK_MOUNT,
-        "--setenv", "PYTHONPATH", BUNDLE_MOUNT,
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--setenv", "JUPYTER_RUNTIME_DIR", "/tmp/jupyter",
-        "--setenv", "MPLBACKEND", "Agg",
-        "--setenv", "OMP_NUM_THREADS", "1",
+        *[arg for name, value in settings.items() for arg in ("--setenv", name, value)],
         "--",
         *argv,
     ]
@@ -158,3 +166,198 @@ def problem() -> str | None:
     if result.stdout.strip() != "2":  # bwrap is pid 1 of the new pid namespace, the command pid 2
         return f"the sandbox did not get its own process namespace (pid {result.stdout.strip()})"
     return None
+
+
+# ---------------------------------------------------------------- warm workers
+
+JOBS_MOUNT = "/jobs"
+READY_SECONDS = 300  # a worker's start-up (Python, torch, IPython, the probes), on a loaded machine
+REPLY_GRACE = 60  # past the wall clock, how long the grader waits for a worker's reply before killing it
+MAX_STDERR_TAIL = 8192
+
+
+class WorkerFailed(RuntimeError):
+    """A worker could not start (the reason holds the tail of its stderr)."""
+
+
+@dataclass
+class Execution:
+    """What a worker reports of one notebook."""
+
+    summary: dict | None  # {"ranges": {grade_id: [start, end]}, "stopped": None | {"why", "cell"}, "done": bool}
+    observations: bytes
+    timed_out: bool  # killed at the wall clock
+    exit_code: int | None  # of the process that ran the cells; None when the worker itself failed
+    stderr: str  # its tail: why a notebook could not run to the end
+    timings: dict[str, float]
+    worker_died: bool = False  # the worker, not the notebook, failed: the grader runs it again on a fresh one
+
+
+class Worker:
+    """One warm ``python -m autograder.runner`` (in its own bubblewrap sandbox unless ``use_sandbox`` is False),
+    which runs the notebooks it is given one at a time, each in a fresh fork (see :mod:`autograder.runner`)."""
+
+    def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True) -> None:
+        started = time.perf_counter()
+        self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
+        self.count = 0
+        self.stderr = tempfile.TemporaryFile()
+        argv = [sys.executable, "-m", "autograder.runner"] + (["--isolate"] if use_sandbox else [])
+        env = {"AUTOGRADER_OBSERVATIONS": f"{WORK_MOUNT}/observations.jsonl" if use_sandbox else
+               "observations.jsonl", "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython"}
+        if use_sandbox:
+            binds = ["--bind", str(self.jobs), JOBS_MOUNT, "--dir", WORK_MOUNT, "--chdir", "/"]
+            full, host_env = command(argv, bundle, self.jobs, limits, binds, env), {"PATH": os.environ.get("PATH", "")}
+        else:
+            full = argv
+            host_env = {**os.environ, **env, "PYTHONPATH": str(bundle), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
+                        "HOME": str(self.jobs), "IPYTHONDIR": str(self.jobs / ".ipython")}
+        self.process = subprocess.Popen(full, cwd=self.jobs, env=host_env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True,
+                                        preexec_fn=lambda: _apply_limits(limits))
+        self._buffer = b""
+        ready = self._reply(time.monotonic() + READY_SECONDS)
+        if not (isinstance(ready, dict) and ready.get("ready")):
+            self.close()
+            raise WorkerFailed(f"the grading worker did not start ({self._stderr_tail() or 'no output'})")
+        if ready.get("threads") != 1:  # a fork copies one thread only: another could hold a lock forever
+            self.close()
+            raise WorkerFailed(f"the grading worker started {ready.get('threads')} threads; forking needs one")
+        self.failures: dict[str, str] = ready.get("failures") or {}
+        self.start_seconds = time.perf_counter() - started
+        self.warm_timings: dict[str, float] = ready.get("timings") or {}
+        self.fresh = True  # its start-up is counted once, with its first job
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def run(self, notebook: dict, limits: Limits) -> Execution:
+        """Run ``notebook`` (the assembled notebook, as JSON) in a fresh fork; never raises on its failure."""
+        self.count += 1
+        folder = self.jobs / str(self.count)
+        folder.mkdir()
+        (folder / "assembled.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
+        job = {"id": str(self.count), "jobs": str(self.jobs), "cell_seconds": limits.cell_seconds,
+               "wall_seconds": limits.wall_seconds, "memory_bytes": limits.memory_bytes,
+               "file_bytes": limits.file_bytes, "processes": limits.processes,
+               "workspace_bytes": limits.workspace_bytes}
+        timings = {"worker_start_s": self.start_seconds if self.fresh else 0.0}
+        self.fresh = False
+        try:
+            self.process.stdin.write((json.dumps(job) + "\n").encode())
+            self.process.stdin.flush()
+            reply = self._reply(time.monotonic() + limits.wall_seconds + REPLY_GRACE)
+        except OSError:
+            reply = None
+        if not isinstance(reply, dict) or not isinstance(reply.get("summary"), dict):
+            late = self.alive  # alive but silent past the wall clock: it did not enforce the limit
+            self.close()
+            _remove(folder)
+            return Execution(None, b"", late, None, self._stderr_tail(), timings, worker_died=not late)
+        observations = _read_capped(folder / "observations.jsonl", 64 << 20)
+        stderr = _tail(folder / "stderr.txt", MAX_STDERR_TAIL)
+        _remove(folder)
+        timings.update({k: float(v) for k, v in (reply.get("timings") or {}).items() if isinstance(v, (int, float))})
+        return Execution(reply["summary"], observations, bool(reply.get("timed_out")), reply.get("exit"), stderr,
+                         timings)
+
+    def _reply(self, deadline: float) -> dict | None:
+        """The worker's next JSON line, or None at EOF or past ``deadline``."""
+        fd = self.process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def _stderr_tail(self) -> str:
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - MAX_STDERR_TAIL))
+        return self.stderr.read().decode("utf-8", "replace").strip()
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        _remove(self.jobs)
+
+
+def _read_capped(path: Path, limit: int) -> bytes:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return b""
+
+
+def _tail(path: Path, size: int) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - size))
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _remove(folder: Path) -> None:
+    """Remove what a job left, whatever permissions it set on it."""
+    def writable(function, path, _info) -> None:
+        os.chmod(os.path.dirname(path), 0o700)
+        os.chmod(path, 0o700)
+        function(path)
+
+    shutil.rmtree(folder, onerror=writable) if folder.exists() else None
+
+
+_IDLE: dict[tuple, list[Worker]] = {}
+_ALL: list[Worker] = []
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[Worker]:
+    """A warm worker for these settings, started if none is idle; back to the idle ones after, if alive."""
+    key = (str(bundle), limits, use_sandbox)
+    with _LOCK:
+        idle = _IDLE.setdefault(key, [])
+        chosen = None
+        while idle and chosen is None:
+            candidate = idle.pop()
+            chosen = candidate if candidate.alive else None
+    if chosen is None:
+        chosen = Worker(bundle, limits, use_sandbox)
+        with _LOCK:
+            _ALL.append(chosen)
+    try:
+        yield chosen
+    finally:
+        if chosen.alive:
+            with _LOCK:
+                _IDLE.setdefault(key, []).append(chosen)
+
+
+@atexit.register
+def close_workers() -> None:
+    """Stop every worker of this process (at exit; a worker's sandbox also dies with the thread that started it)."""
+    with _LOCK:
+        workers, _ALL[:] = list(_ALL), []
+        _IDLE.clear()
+    for each in workers:
+        each.close()

@@ -48,6 +48,11 @@ OBSERVATIONS_ENV = "AUTOGRADER_OBSERVATIONS"
 _RECORD_TO = os.environ.pop(OBSERVATIONS_ENV, None)
 
 
+def observations_path() -> str | None:
+    """Where the probes write their records (None: they judge in place, outside the sandbox)."""
+    return _RECORD_TO
+
+
 class Mistake(AssertionError):
     """A hidden check failed; the message says what is wrong and what to look at."""
 

@@ -1,0 +1,213 @@
+"""The grader's warm workers: one worker runs notebook after notebook, each in a fork with its own namespaces.
+
+What one submission does must not reach the next one on the same worker, nor the worker itself: these tests
+run a hostile notebook and then the instructor's answers on the *same* worker (the one ``grading.execute``
+takes from the pool, as ``python -m autograder grade`` does) and look at what the second one could see.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from notebook_grading import graded_cells, nbgrader_meta, replace_solution, source_notebook
+
+from autograder import grading, sandbox
+
+A = "01_self_attention"
+FULL = sum(float(nbgrader_meta(c)["points"]) for c in graded_cells(nbformat.read(source_notebook(A), 4)))
+LEFT = "left-by-the-first"
+SLEEPER = "601.25"  # a background `sleep` the first notebook leaves running: the host looks for it by this
+
+#: The first notebook's extra cell: it leaves files everywhere it can write, signals and traces what could be
+#: the worker (PID 2 in the sandbox), writes on every descriptor it has, patches modules, built-ins and the
+#: hidden checks in memory, and leaves a process behind. What it managed goes to stderr as ATTACK {...}.
+ATTACK = f"""
+import builtins, ctypes, json, os, signal, subprocess, sys
+import torch
+import torch.nn.functional as F
+import attention_course
+import autograder.checks.core as core
+
+report = {{}}
+
+def attempt(name, action):
+    try:
+        result = action()
+        report[name] = "done" if result is None else result
+    except Exception as err:
+        report[name] = type(err).__name__
+
+for path in ("/tmp/{LEFT}", "{LEFT}", "/dev/shm/{LEFT}", "/{LEFT}", "/dev/{LEFT}", "/jobs/{LEFT}",
+             "/bundle/{LEFT}"):
+    attempt("write " + path, lambda p=path: open(p, "w").write("x") and None)
+libc = ctypes.CDLL(None, use_errno=True)
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+report["visible pids"] = [p for p in range(1, 4096) if _alive(p)]
+report["ppid"] = os.getppid()
+attempt("kill pid 2", lambda: os.kill(2, signal.SIGKILL))
+report["ptrace pid 2"] = libc.ptrace(16, 2, 0, 0)  # PTRACE_ATTACH
+report["ptrace parent"] = libc.ptrace(16, os.getppid(), 0, 0) if os.getppid() > 0 else "no parent"
+attempt("read /proc/2/mem", lambda: open("/proc/2/mem", "rb").read(1) and None)
+attempt("list /proc", lambda: os.listdir("/proc"))
+report["umount /jobs"] = libc.umount2(b"/jobs", 2)
+report["umount /tmp"] = libc.umount2(b"/tmp", 2)
+for fd in range(0, 64):
+    try:
+        os.write(fd, b'{{"done": true}}\\ngarbage\\n')
+    except OSError:
+        pass
+subprocess.Popen(["sleep", "{SLEEPER}"], start_new_session=True)
+attempt("kill everyone", lambda: os.kill(-1, signal.SIGTERM))
+subprocess.Popen(["sleep", "{SLEEPER}"], start_new_session=True)
+torch.allclose = lambda *a, **k: True
+F.softmax = lambda x, dim=-1: x
+core.run_check = lambda *a, **k: None
+builtins.LEFT_BY_THE_FIRST = True
+attention_course.LEFT_BY_THE_FIRST = True
+print("ATTACK " + json.dumps(report), file=sys.stderr, flush=True)
+"""
+
+#: The second notebook's extra cell: what it can see of the first. SEEN {...} on stderr.
+LOOK = f"""
+import builtins, json, os, sys
+import torch
+import torch.nn.functional as F
+import attention_course
+import autograder.checks.core as core
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+seen = {{
+    "left": [p for p in ("/tmp/{LEFT}", "{LEFT}", "/dev/shm/{LEFT}", "/{LEFT}", "/dev/{LEFT}") if os.path.exists(p)],
+    "workspace": sorted(os.listdir(".")),
+    "tmp": sorted(os.listdir("/tmp")),
+    "allclose patched": type(torch.allclose).__name__ != "builtin_function_or_method",
+    "softmax patched": F.softmax.__module__ != "torch.nn.functional",
+    "run_check patched": core.run_check.__name__ != "run_check",
+    "built-ins patched": hasattr(builtins, "LEFT_BY_THE_FIRST"),
+    "module patched": hasattr(attention_course, "LEFT_BY_THE_FIRST"),
+    "visible pids": [p for p in range(1, 4096) if _alive(p)],
+}}
+print("SEEN " + json.dumps(seen), file=sys.stderr, flush=True)
+"""
+
+
+def _line(stderr: str, tag: str) -> dict:
+    lines = [line for line in stderr.splitlines() if line.startswith(tag + " ")]
+    assert lines, f"no {tag} line in the notebook's stderr:\n{stderr[-3000:]}"
+    return json.loads(lines[-1].removeprefix(tag + " "))
+
+
+def _assembled(extra: str | None = None, answers: dict[str, str] | None = None) -> dict:
+    """The instructor's answers (with ``answers`` replaced), ``extra`` as the learner's cell after the set-up,
+    assembled as the grader assembles a submission."""
+    nb = nbformat.read(source_notebook(A), 4)
+    for gid, code in (answers or {}).items():
+        replace_solution(nb, gid, code)
+    if extra:
+        nb.cells.insert(2, nbformat.v4.new_code_cell(extra))
+    source = json.loads(nbformat.writes(nbformat.read(source_notebook(A), 4)))
+    release = json.loads(Path(grading.REPO_ROOT / "notebooks" / A / source_notebook(A).name).read_text())
+    return grading.assemble(source, release, json.loads(nbformat.writes(nb)))[0]
+
+
+@pytest.fixture(scope="module")
+def settings():
+    with tempfile.TemporaryDirectory(prefix="workers-") as scratch:
+        name, source, release, bundle = grading.prepare(A, Path(scratch))
+        yield grading.Settings(A, name, source, release, bundle, sandbox.Limits(wall_seconds=120, cell_seconds=10))
+        sandbox.close_workers()
+
+
+def _the_worker(settings) -> sandbox.Worker:
+    idle = sandbox._IDLE[(str(settings.bundle), settings.limits, settings.use_sandbox)]
+    assert len(idle) == 1, f"expected one warm worker for these settings, found {len(idle)}"
+    return idle[0]
+
+
+def _points(settings, assembled: dict, execution: sandbox.Execution) -> float:
+    cells, flags = grading._judge(settings, execution.summary, execution.observations, assembled)
+    assert not flags, flags
+    return sum(c.points for c in cells.values())
+
+
+def test_the_next_notebook_on_the_same_worker_sees_nothing_of_a_hostile_one(settings) -> None:
+    first = _assembled(ATTACK)
+    attack = grading.execute(first, settings)
+    worker = _the_worker(settings)
+    pid, jobs = worker.process.pid, worker.count
+    report = _line(attack.stderr, "ATTACK")
+    second = _assembled(LOOK)
+    looked = grading.execute(second, settings)
+    assert _the_worker(settings) is worker and worker.process.pid == pid and worker.count == jobs + 1, \
+        "the second notebook did not run on the same, still living, worker"
+    seen = _line(looked.stderr, "SEEN")
+
+    # the attacks that should fail did, and for the right reason
+    assert report["write /dev/shm/" + LEFT] == "done" and report["write /tmp/" + LEFT] == "done", report
+    assert report["write " + LEFT] == "done", report  # its own workspace: allowed, and thrown away after
+    for path in ("/" + LEFT, "/dev/" + LEFT, "/jobs/" + LEFT, "/bundle/" + LEFT):
+        assert report["write " + path] in ("OSError", "PermissionError"), (path, report)
+    assert report["visible pids"] == [1] and report["ppid"] == 0, report  # alone in its PID namespace
+    assert report["kill pid 2"] == "ProcessLookupError" and report["ptrace pid 2"] == -1, report
+    assert report["ptrace parent"] == "no parent", report
+    assert report["read /proc/2/mem"] == "FileNotFoundError" and report["list /proc"] == [], report
+    assert report["umount /jobs"] == -1 and report["umount /tmp"] == -1, report  # no capabilities left
+    assert attack.summary["done"] and attack.summary["stopped"] is None, attack.summary
+
+    # nothing of it reached the second notebook
+    assert seen["left"] == [] and LEFT not in seen["tmp"], seen
+    assert set(seen["workspace"]) <= {"assembled.ipynb", "stderr.txt", "observations.jsonl"}, seen
+    for what in ("allclose patched", "softmax patched", "run_check patched", "built-ins patched", "module patched"):
+        assert seen[what] is False, (what, seen)
+    assert seen["visible pids"] == [1], seen
+    assert _points(settings, second, looked) == FULL, looked.summary
+
+    # and its background process died with it
+    left = subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True, text=True).stdout.strip()
+    assert not left, f"the first notebook's background process outlived it: {left}"
+
+
+def test_a_notebook_stopped_at_its_limits_leaves_the_worker_whole(settings) -> None:
+    """A loop that ignores SIGINT (killed at the cell limit), a process that kills itself, a flood of memory:
+    the worker stops each, says where, and then gives the instructor's answers full marks."""
+    worker_before = None
+    loop = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
+    crash = "import os\nos._exit(3)\n"
+    for answer, why in ((loop, "timeout"), (crash, "crashed")):
+        assembled = _assembled(answers={"SelfAttention": answer})
+        execution = grading.execute(assembled, settings)
+        stopped = execution.summary["stopped"]
+        assert stopped and stopped["why"] == why, execution.summary
+        assert grading._nbgrader(assembled["cells"][stopped["cell"]])["grade_id"] == "SelfAttention", stopped
+        worker = _the_worker(settings)
+        assert worker_before is None or worker is worker_before, "the worker was replaced"
+        worker_before = worker
+    honest = _assembled()
+    execution = grading.execute(honest, settings)
+    assert _the_worker(settings) is worker_before
+    assert _points(settings, honest, execution) == FULL
+
+
+def test_a_worker_reports_its_phases(settings) -> None:
+    """Each run says where its time went; the start-up of a worker is counted once, with its first job."""
+    execution = grading.execute(_assembled(), settings)
+    assert execution.timings["worker_start_s"] == 0.0, "a warm worker's start-up was counted again"
+    assert 0 < execution.timings["start_s"] < execution.timings["cells_s"], execution.timings
