@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
 import tempfile
 import time
 import zipfile
@@ -507,20 +506,6 @@ def prepare(assignment: str, scratch: Path) -> tuple[str, Path, Path, Path]:
 
 INSTRUCTOR = "(instructor's answers)"
 
-#: Runs inside the sandbox: can the bundle alone load the probes, and is the reference out of reach?
-_SANDBOX_LOAD = (
-    "import importlib.util, json\n"
-    "from autograder.checks.core import ids, load_all\n"
-    "def reachable(name):\n"
-    "    try:\n"
-    "        return importlib.util.find_spec(name) is not None\n"
-    "    except ImportError:\n"
-    "        return False\n"
-    "print('AUTOGRADER-LOAD ' + json.dumps({'failures': load_all(), 'ids': ids(),\n"
-    "      'reachable': [n for n in ('solutions', 'autograder.judges') if reachable(n)]}))\n"
-)
-
-
 def load_problems(settings: Settings, sandbox_side: bool = True) -> list[str]:
     """Why the hidden checks of ``settings.assignment`` cannot grade anyone: a module that fails to import
     (here or inside the sandbox), a test cell without a probe or a judge, the reference reachable inside the
@@ -543,19 +528,19 @@ def load_problems(settings: Settings, sandbox_side: bool = True) -> list[str]:
 
 
 def _sandbox_load_problems(settings: Settings, probes: set[str]) -> list[str]:
-    with tempfile.TemporaryDirectory(prefix="grade-load-") as tmp:
-        run = sandbox.run([sys.executable, "-c", _SANDBOX_LOAD], _bundle(settings), Path(tmp), settings.limits)
-    lines = [line for line in run.stdout.splitlines() if line.startswith("AUTOGRADER-LOAD ")]
-    if not lines:
-        tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
-        return [f"the checks could not be loaded inside the sandbox ({tail})"]
-    found = json.loads(lines[-1].removeprefix("AUTOGRADER-LOAD "))
-    problems = [f"{module} failed to load inside the sandbox: {why}" for module, why in found["failures"].items()]
+    """What a grading worker found when it loaded the probes inside the sandbox (the worker then stays warm for
+    the grading itself)."""
+    try:
+        with sandbox.worker(_bundle(settings), settings.limits, settings.use_sandbox) as worker:
+            failures, ids, reachable = worker.failures, worker.ids, worker.reachable
+    except sandbox.WorkerFailed as err:
+        return [f"the checks could not be loaded inside the sandbox: {err}"]
+    problems = [f"{module} failed to load inside the sandbox: {why}" for module, why in failures.items()]
     problems += [f"{name} can be imported inside the sandbox; the bundle and the venv must not carry it "
                  f"(install this repository with `pip install -e .`, not a plain `pip install .`)"
-                 for name in found["reachable"]]
-    missing = sorted(probes - set(found["ids"]))
-    if missing and not found["failures"]:
+                 for name in reachable]
+    missing = sorted(probes - set(ids))
+    if missing and not failures:
         problems.append(f"inside the sandbox these checks are not registered: {', '.join(missing)}")
     return problems
 

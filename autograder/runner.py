@@ -77,11 +77,22 @@ def warm() -> dict:
     from autograder.checks import core
 
     failures = core.load_all()  # the probes of every chapter (and their cases, built once here)
+    reachable = [name for name in ("solutions", "autograder.judges") if _reachable(name)]
     config = Config()
     config.HistoryManager.enabled = False  # no SQLite file, no saving thread: the fork must be the only thread
     shell = InteractiveShell.instance(config=config)
     timings["imports_s"] = time.perf_counter() - mark
-    return {"timings": timings, "failures": failures, "shell": shell}
+    return {"timings": timings, "failures": failures, "shell": shell, "ids": core.ids(), "reachable": reachable}
+
+
+def _reachable(name: str) -> bool:
+    """Could a notebook import ``name`` here? (The reference and the judges must never be in the sandbox.)"""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 # ---------------------------------------------------------------- the job's copy
@@ -365,8 +376,8 @@ def main(argv: list[str]) -> int:
         _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no job can trace this worker or read its memory
     import threading
 
-    ready = {"ready": True, "timings": state["timings"], "failures": state["failures"],
-             "threads": threading.active_count()}
+    ready = {"ready": True, "threads": threading.active_count(),
+             **{key: state[key] for key in ("timings", "failures", "ids", "reachable")}}
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     for line in sys.stdin:

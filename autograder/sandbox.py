@@ -223,7 +223,11 @@ class Worker:
         if ready.get("threads") != 1:  # a fork copies one thread only: another could hold a lock forever
             self.close()
             raise WorkerFailed(f"the grading worker started {ready.get('threads')} threads; forking needs one")
+        #: what the worker's load of the probes found: modules that failed, the checks registered, and which of
+        #: the reference and the judges a notebook could import there (must be none)
         self.failures: dict[str, str] = ready.get("failures") or {}
+        self.ids: list[str] = ready.get("ids") or []
+        self.reachable: list[str] = ready.get("reachable") or []
         self.start_seconds = time.perf_counter() - started
         self.warm_timings: dict[str, float] = ready.get("timings") or {}
         self.fresh = True  # its start-up is counted once, with its first job

@@ -1,16 +1,18 @@
 """Grading speed: `python -m autograder grade` (sandboxed, parallel) against stock serial `nbgrader autograde`.
 
-    python benchmarks/grading.py [--students 60] [--workers N] [--assignment 01_self_attention]
+    python benchmarks/grading.py [--students 40] [--workers N] [--assignments 01_self_attention 06_transformer]
 
-Builds a synthetic class (correct answers, untouched stubs and two kinds of wrong answer, in turn), grades
-it both ways, checks that both give every student the same score, and prints seconds per submission and
-the ratio.
+For each assignment: builds a synthetic class (correct answers, untouched stubs and, for Chapter 1, two
+kinds of wrong answer, in turn), grades it both ways on this machine in the same run, checks that both
+give every student the same score, and prints seconds per submission, the ratio, and where the grader's
+time went (from the ``timings.json`` it writes beside ``grades.csv``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -52,7 +54,7 @@ def synthetic_class(assignment: str, students: int) -> dict[str, nbformat.Notebo
     return notebooks
 
 
-def ours(assignment: str, notebooks: dict, workers: int, root: Path) -> tuple[float, dict[str, float]]:
+def ours(assignment: str, notebooks: dict, workers: int, root: Path) -> tuple[float, dict[str, float], dict]:
     name = ASSIGNMENTS[assignment][0]
     for student, nb in notebooks.items():
         (root / "class" / student).mkdir(parents=True)
@@ -66,7 +68,8 @@ def ours(assignment: str, notebooks: dict, workers: int, root: Path) -> tuple[fl
     if run.returncode != 0:
         raise SystemExit(run.stderr[-3000:])
     with (root / "out" / "grades.csv").open() as handle:
-        return seconds, {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+        scores = {row["student_id"]: float(row["score"]) for row in csv.DictReader(handle)}
+    return seconds, scores, json.loads((root / "out" / "timings.json").read_text())
 
 
 def stock(assignment: str, notebooks: dict, root: Path) -> tuple[float, dict[str, float]]:
@@ -89,27 +92,57 @@ def stock(assignment: str, notebooks: dict, root: Path) -> tuple[float, dict[str
     return seconds, scores
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--students", type=int, default=60)
-    parser.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1, help="default: the command's")
-    parser.add_argument("--assignment", default="01_self_attention")
-    args = parser.parse_args()
-    notebooks = synthetic_class(args.assignment, args.students)
+def phases(timings: dict, n: int) -> list[tuple[str, float]]:
+    """(phase, seconds per submission), the batch's fixed costs spread over its ``n`` submissions."""
+    rows = timings["submissions"].values()
+    mean = lambda key: sum(r.get(key, 0.0) for r in rows) / max(1, len(rows))  # noqa: E731
+    starts = timings["workers"]
+    return [
+        ("checks loaded, here and in the sandbox (once)", timings["load_s"] / n),
+        (f"{len(starts)} worker(s) started: bubblewrap and Python", sum(w["other_s"] for w in starts) / n),
+        ("  ... import torch", sum(w["torch_s"] for w in starts) / n),
+        ("  ... import IPython, matplotlib, the probes", sum(w["imports_s"] for w in starts) / n),
+        ("assemble the notebook", mean("assemble_s")),
+        ("fork, namespaces and mounts", mean("start_s")),
+        ("run the cells", mean("cells_s")),
+        ("judge the records", mean("judge_s")),
+        ("write grades, feedback, report, gradebook (once)", timings["write_s"] / n),
+    ]
+
+
+def bench(assignment: str, students: int, workers: int) -> tuple[float, float]:
+    notebooks = synthetic_class(assignment, students)
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         root = Path(tmp)
-        ours_seconds, ours_scores = ours(args.assignment, notebooks, args.workers, root)
-        stock_seconds, stock_scores = stock(args.assignment, notebooks, root)
+        ours_seconds, ours_scores, timings = ours(assignment, notebooks, workers, root)
+        stock_seconds, stock_scores = stock(assignment, notebooks, root)
         shutil.rmtree(root / "course", ignore_errors=True)
     disagree = {s: (ours_scores.get(s), stock_scores.get(s))
                 for s in notebooks if ours_scores.get(s) != stock_scores.get(s)}
     n = len(notebooks)
-    print(f"{'grader':<44} {'seconds':>9} {'s/submission':>13}")
-    print(f"{'stock nbgrader autograde (serial, no sandbox)':<44} {stock_seconds:>9.1f} {stock_seconds / n:>13.2f}")
-    print(f"{f'python -m autograder grade (sandbox, {args.workers} workers)':<44} {ours_seconds:>9.1f} "
+    print(f"\n{assignment}: {n} submissions")
+    print(f"{'grader':<52} {'seconds':>9} {'s/submission':>13}")
+    print(f"{'stock nbgrader autograde (serial, no sandbox)':<52} {stock_seconds:>9.1f} {stock_seconds / n:>13.2f}")
+    print(f"{f'python -m autograder grade (sandbox, {workers} workers)':<52} {ours_seconds:>9.1f} "
           f"{ours_seconds / n:>13.2f}")
-    print(f"ratio (stock / ours): {stock_seconds / ours_seconds:.2f}x   submissions: {n}")
+    print(f"ratio (stock / ours): {stock_seconds / ours_seconds:.2f}x")
     print("scores agree for every student" if not disagree else f"scores differ: {disagree}")
+    print(f"\nwhere the grader's time went (CPU-seconds per submission, {workers} workers in parallel):")
+    for phase, seconds in phases(timings, n):
+        print(f"  {phase:<52} {seconds:>8.3f}")
+    return stock_seconds / n, ours_seconds / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, default=40)
+    parser.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1, help="default: the command's")
+    parser.add_argument("--assignments", nargs="+", default=["01_self_attention", "06_transformer"])
+    args = parser.parse_args()
+    summary = {a: bench(a, args.students, args.workers) for a in args.assignments}
+    print(f"\n{'assignment':<24} {'stock s/sub':>12} {'ours s/sub':>11} {'ratio':>7}")
+    for assignment, (stock_rate, ours_rate) in summary.items():
+        print(f"{assignment:<24} {stock_rate:>12.2f} {ours_rate:>11.2f} {stock_rate / ours_rate:>6.2f}x")
 
 
 if __name__ == "__main__":
