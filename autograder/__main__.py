@@ -63,12 +63,12 @@ def _sandbox_or_refuse(args: argparse.Namespace) -> bool | None:
     return True
 
 
-def _settings(args: argparse.Namespace, assignment: str, scratch: Path, use_sandbox: bool):
+def _settings(args: argparse.Namespace, assignment: str, scratch: Path, use_sandbox: bool, bundle: Path | None = None):
     from autograder import grading, sandbox
 
     limits = sandbox.Limits(wall_seconds=args.timeout, cell_seconds=args.cell_timeout,
                             memory_bytes=args.memory_gb << 30)
-    name, source, release, bundle = grading.prepare(assignment, scratch)
+    name, source, release, bundle = grading.prepare(assignment, scratch, bundle)
     return grading.Settings(assignment, name, source, release, bundle, limits, use_sandbox)
 
 
@@ -94,7 +94,9 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             found = grading.collect(args.submissions, args.assignment, settings.notebook_name, scratch_path)
         except ValueError as err:
             parser.error(str(err))
+        loading = time.monotonic()
         problems = grading.load_problems(settings)
+        load_seconds = time.monotonic() - loading
         if problems:
             return _refuse("the hidden checks cannot run, so every score would be wrong", problems)
         try:
@@ -103,6 +105,7 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return _refuse(f"the instructor's own answers to {args.assignment} do not get full marks in the "
                            f"sandbox ({failed.result.score:g}/{failed.result.max_score:g}), so the checks or the "
                            "sandbox are broken", failed.problems)
+    writing = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     reports.write_grades(results, out / "grades.csv")
     for result in results:
@@ -110,6 +113,9 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     reports.write_report(results, out / "report.html")
     gradebook = args.gradebook or f"sqlite:///{COURSE_ROOT / 'gradebook.db'}"
     reports.write_gradebook(results, settings.notebook_name, json.loads(settings.release.read_text()), gradebook)
+    now = time.monotonic()
+    spent = grading.timings(results, load_seconds, now - writing, now - started)
+    (out / "timings.json").write_text(json.dumps(spent, indent=1), encoding="utf-8")
     statuses = Counter(r.status for r in results)
     mean = sum(r.score for r in results) / len(results) if results else 0.0
     maximum = max((r.max_score for r in results), default=0.0)
@@ -185,7 +191,10 @@ def _selftest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     started = time.monotonic()
     failed = 0
     with tempfile.TemporaryDirectory(prefix="autograder-selftest-") as scratch:
-        all_settings = [_settings(args, a, Path(scratch) / a, use_sandbox) for a in chosen]
+        from autograder.sandbox import build_bundle
+
+        bundle = build_bundle(Path(scratch) / "bundle")  # one for all: the assignments then share warm workers
+        all_settings = [_settings(args, a, Path(scratch) / a, use_sandbox, bundle) for a in chosen]
         problems = grading.load_problems(all_settings[0])
         problems += [p for s in all_settings[1:] for p in grading.load_problems(s, sandbox_side=False)]
         problems = list(dict.fromkeys(problems))  # a module that fails is named once, not per assignment

@@ -333,11 +333,17 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
     return Result(submission.student_id, settings.assignment, status, reason, cells, timings)
 
 
-#: The phases of one submission, in order: a worker's start-up (Python, torch, the probes: once per worker, not
-#: per submission), assembling the notebook, the fork and its namespaces, running the cells, judging.
-PHASES = {"worker_start_s": "worker start-up (once per worker)", "assemble_s": "assemble the notebook",
-          "start_s": "fork and sandbox the notebook", "cells_s": "run the cells (the learner's code and probes)",
-          "judge_s": "judge the records"}
+#: The phases of one submission, in order (a worker's own start-up is once per worker: ``sandbox.worker_starts``).
+PHASES = {"assemble_s": "assemble the notebook", "start_s": "fork, namespaces and mounts",
+          "cells_s": "run the cells (the learner's code and the probes)", "judge_s": "judge the records"}
+
+
+def timings(results: list[Result], load_seconds: float, write_seconds: float, total_seconds: float) -> dict:
+    """Where a batch's time went, for ``timings.json``: the checks' load, each worker's start-up, each
+    submission's phases (see ``PHASES``), and writing the outputs."""
+    return {"total_s": total_seconds, "load_s": load_seconds, "write_s": write_seconds,
+            "workers": sandbox.worker_starts(),
+            "submissions": {r.student_id: r.timings for r in results}}
 
 
 def execute(assembled: dict, settings: Settings) -> sandbox.Execution:
@@ -490,16 +496,16 @@ def _where(assembled: dict, index: object) -> str:
     return f"cell {index + 1}" + (f" ({label})" if label else " (the learner's own cell)")
 
 
-def prepare(assignment: str, scratch: Path) -> tuple[str, Path, Path, Path]:
-    """(notebook name, source notebook, release notebook, sandbox bundle) for ``assignment``."""
+def prepare(assignment: str, scratch: Path, bundle: Path | None = None) -> tuple[str, Path, Path, Path]:
+    """(notebook name, source notebook, release notebook, sandbox bundle) for ``assignment``; the bundle is
+    built in ``scratch`` unless one is given (it is the same for every assignment)."""
     folder = REPO_ROOT / "notebooks" / assignment
     notebooks = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
     source = COURSE_ROOT / "source" / assignment / notebooks[0].name if len(notebooks) == 1 else None
     if source is None or not source.is_file():
         known = sorted(p.name for p in (REPO_ROOT / "notebooks").iterdir() if p.is_dir())
         raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(known)}")
-    bundle = sandbox.build_bundle(scratch / "bundle")
-    return notebooks[0].name, source, notebooks[0], bundle
+    return notebooks[0].name, source, notebooks[0], bundle or sandbox.build_bundle(scratch / "bundle")
 
 
 # ---------------------------------------------------------------- before grading anyone

@@ -63,6 +63,9 @@ def warm() -> dict:
     started = time.perf_counter()
     import torch  # noqa: F401
 
+    # The first operation on the "meta" device imports torch's meta kernels (about a second); checks of where
+    # a result is made use it, so each notebook would pay it again.
+    torch.ones(2, 2, device="meta").tril()
     timings["torch_s"] = time.perf_counter() - started
     mark = time.perf_counter()
     import matplotlib

@@ -228,9 +228,10 @@ class Worker:
         self.failures: dict[str, str] = ready.get("failures") or {}
         self.ids: list[str] = ready.get("ids") or []
         self.reachable: list[str] = ready.get("reachable") or []
-        self.start_seconds = time.perf_counter() - started
-        self.warm_timings: dict[str, float] = ready.get("timings") or {}
-        self.fresh = True  # its start-up is counted once, with its first job
+        warm = {k: float(v) for k, v in (ready.get("timings") or {}).items() if isinstance(v, (int, float))}
+        total = time.perf_counter() - started
+        #: its start-up: in all, importing torch, importing the rest; other_s is bubblewrap and Python itself
+        self.start_timings = {"start_s": total, **warm, "other_s": total - sum(warm.values())}
 
     @property
     def alive(self) -> bool:
@@ -246,8 +247,7 @@ class Worker:
                "wall_seconds": limits.wall_seconds, "memory_bytes": limits.memory_bytes,
                "file_bytes": limits.file_bytes, "processes": limits.processes,
                "workspace_bytes": limits.workspace_bytes}
-        timings = {"worker_start_s": self.start_seconds if self.fresh else 0.0}
-        self.fresh = False
+        timings: dict[str, float] = {}
         try:
             self.process.stdin.write((json.dumps(job) + "\n").encode())
             self.process.stdin.flush()
@@ -355,6 +355,12 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
         if chosen.alive:
             with _LOCK:
                 _IDLE.setdefault(key, []).append(chosen)
+
+
+def worker_starts() -> list[dict[str, float]]:
+    """The start-up timings of every worker this process started (see ``Worker.start_timings``)."""
+    with _LOCK:
+        return [each.start_timings for each in _ALL]
 
 
 @atexit.register

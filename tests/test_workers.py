@@ -207,7 +207,24 @@ def test_a_notebook_stopped_at_its_limits_leaves_the_worker_whole(settings) -> N
 
 
 def test_a_worker_reports_its_phases(settings) -> None:
-    """Each run says where its time went; the start-up of a worker is counted once, with its first job."""
+    """Each run says where its time went; a worker's start-up is recorded once, when it starts."""
+    starts = len(sandbox.worker_starts())
     execution = grading.execute(_assembled(), settings)
-    assert execution.timings["worker_start_s"] == 0.0, "a warm worker's start-up was counted again"
+    assert len(sandbox.worker_starts()) == starts, "a warm worker was started again"
     assert 0 < execution.timings["start_s"] < execution.timings["cells_s"], execution.timings
+    start = sandbox.worker_starts()[-1]
+    assert 0 < start["torch_s"] < start["start_s"] and start["other_s"] > 0, start
+
+
+def test_without_the_sandbox_the_same_workers_grade_the_same(settings) -> None:
+    """``--no-sandbox`` (trusted notebooks only): the same warm worker and forks, without bubblewrap or
+    namespaces; the instructor's answers still get full marks, twice on one worker."""
+    import dataclasses
+
+    plain = dataclasses.replace(settings, use_sandbox=False)
+    honest = _assembled()
+    for _ in range(2):
+        execution = grading.execute(honest, plain)
+        assert execution.summary["done"], execution.stderr[-2000:]
+        assert _points(plain, honest, execution) == FULL
+    assert _the_worker(plain).count == 2
