@@ -3,7 +3,12 @@
 - ``release [ASSIGNMENT ...]``: generate the student notebooks in ``notebooks/``.
 - ``grade ASSIGNMENT SUBMISSIONS``: grade a class in the sandbox (see ``autograder.grading``). Before it grades
   anyone it loads every hidden check (here and inside the sandbox) and grades the instructor's own answers
-  (the preflight); it refuses to start when either falls short.
+  (the preflight); it refuses to start when either falls short. A line per submission with the time so far
+  and an estimate of the time left; every result is kept as it arrives in ``OUT/.progress/``, and
+  ``--resume`` grades only the submissions whose notebook, or the grader itself, changed since (a run
+  killed halfway goes on where it stopped). ``--compare PREVIOUS/grades.csv`` is the dry run of a regrade:
+  it writes only ``OUT/changes.csv``, whose score would change and which test cells cause it
+  (see ``autograder.batch``).
 - ``selftest [ASSIGNMENT ...]``: the same two steps alone, for every assignment (default) or those named.
 - ``bundle OUT``: write the student bundle (built book, notebooks, helper package), leak-scanned
   (see ``autograder.bundle``).
@@ -78,8 +83,16 @@ def _refuse(what: str, problems: list[str]) -> int:
 
 
 def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from autograder import grading, reports
+    from autograder import batch
     from autograder.release import nbgrader_env
+
+    previous = None
+    if args.compare:  # before anything else: a typo must not cost a class's worth of time, or even a second
+        try:
+            previous = batch.read_previous(args.compare, args.assignment)
+        except ValueError as err:
+            parser.error(f"--compare: {err}")
+    from autograder import grading, reports
 
     os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook shells out to alembic
     use_sandbox = _sandbox_or_refuse(args)
@@ -99,12 +112,22 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         load_seconds = time.monotonic() - loading
         if problems:
             return _refuse("the hidden checks cannot run, so every score would be wrong", problems)
+        store = batch.ProgressStore(out / ".progress")
+        version = batch.grader_version(settings)
+        keys = {s.student_id: batch.submission_key(s, version) for s in found}
+        reused, todo = batch.reuse(found, store, keys) if args.resume else ([], found)
+        if args.resume:
+            print(f"resume: reused {len(reused)} of {len(found)} stored results from {store.folder} (notebook and "
+                  f"grader unchanged); grading the other {len(todo)}", file=sys.stderr, flush=True)
         try:
-            results = _run_all(found, settings, args.workers, args.scheduler)
+            results = _run_all(todo, settings, args.workers, args.scheduler, reused=reused,
+                               on_result=lambda r: store.save(r, keys.get(r.student_id)))
         except PreflightFailed as failed:
             return _refuse(f"the instructor's own answers to {args.assignment} do not get full marks in the "
                            f"sandbox ({failed.result.score:g}/{failed.result.max_score:g}), so the checks or the "
                            "sandbox are broken", failed.problems)
+    if previous is not None:
+        return _dry_run(args, out, previous, results)
     writing = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     reports.write_grades(results, out / "grades.csv")
@@ -121,8 +144,26 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     maximum = max((r.max_score for r in results), default=0.0)
     print(f"graded {len(results)} submissions of {args.assignment} in {time.monotonic() - started:.0f} s: "
           + ", ".join(f"{n} {s}" for s, n in statuses.most_common())
-          + f"; mean {mean:.1f} / {maximum:g}\n"
-          f"grades: {out / 'grades.csv'}   feedback: {out / 'feedback'}   report: {out / 'report.html'}")
+          + f"; mean {mean:.1f} / {maximum:g}" + (f" ({len(reused)} reused from {store.folder})" if reused else "")
+          + f"\ngrades: {out / 'grades.csv'}   feedback: {out / 'feedback'}   report: {out / 'report.html'}")
+    return 0
+
+
+def _dry_run(args: argparse.Namespace, out: Path, previous: dict, results: list) -> int:
+    """``--compare``: write and print only who would change, leaving the grades, feedback, report and
+    gradebook as they are (the progress store is written, so the real run can ``--resume``)."""
+    from autograder import batch
+
+    changes = batch.compare(previous, results)
+    batch.write_changes(changes, out / "changes.csv")
+    kinds = Counter(c.change for c in changes)
+    print(f"compared {len(results)} submissions of {args.assignment} with {args.compare}: "
+          f"{kinds['score']} score(s) would change, {kinds['new']} new, {kinds['missing']} missing"
+          + "".join(f"\n  {batch.describe(c)}" for c in changes)
+          + f"\nchanges: {out / 'changes.csv'}")
+    print(f"dry run (--compare): grades.csv, feedback, report and gradebook were not written; the results are "
+          f"stored in {out / '.progress'}, so the real run with --resume (same options) grades nobody again",
+          file=sys.stderr, flush=True)
     return 0
 
 
@@ -132,18 +173,23 @@ class PreflightFailed(Exception):
         self.result, self.problems = result, problems
 
 
-def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list:
+def _run_all(found: list, settings, workers: int, scheduler: str | None, *, reused: list | tuple = (),
+             on_result=None) -> list:
     """Grade ``found``, the instructor's answers first: if they fall short, raise PreflightFailed before any
-    result is kept (submissions already running finish; the rest are cancelled)."""
+    result is kept (submissions already running finish; the rest are cancelled). ``reused``: results taken
+    from the progress store, counted as done; ``on_result`` is called with each new result before its
+    progress line is printed (so a line on screen means the result is stored)."""
+    from autograder.batch import Progress
     from autograder.grading import grade_one, instructor_submission, preflight_problems
 
-    results = []
-    total = len(found)
+    results = list(reused)
+    tracker = Progress(total=len(found) + len(results), done=len(results))
 
     def progress(result) -> None:
+        if on_result is not None:
+            on_result(result)
         results.append(result)
-        print(f"[{len(results):>{len(str(total))}}/{total}] {result.student_id}: {result.status}, "
-              f"{result.score:g}/{result.max_score:g}", file=sys.stderr, flush=True)
+        tracker.arrived(result)
 
     def check(preflight) -> None:
         problems = preflight_problems(preflight)
@@ -159,6 +205,7 @@ def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list
         from dask.distributed import as_completed as dask_completed
 
         check(grade_one(instructor_submission(settings), settings))
+        tracker.start()  # the preflight ran alone, before the cluster: not part of the class's rate
         with Client(scheduler) as client:
             # the notebooks travel with the tasks: a worker on another machine cannot read this one's files
             futures = client.map(grade_one, [s.carried() for s in found], settings=settings, pure=False)
@@ -166,6 +213,7 @@ def _run_all(found: list, settings, workers: int, scheduler: str | None) -> list
                 progress(future.result())
     else:
         pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        tracker.start(units=1)  # the preflight takes one worker's turn beside the class
         try:
             preflight = pool.submit(grade_one, instructor_submission(settings), settings)
             futures = [pool.submit(grade_one, s, settings) for s in found]
@@ -227,8 +275,19 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("submissions", type=Path,
                        help="folder of <student>/*.ipynb, nbgrader's submitted/ layout, or an LMS .zip")
     grade.add_argument("--out", type=Path, help="output folder (default: grades/ASSIGNMENT)")
-    grade.add_argument("--scheduler", help="address of a Dask distributed scheduler to grade on instead")
+    grade.add_argument("--scheduler", metavar="ADDRESS",
+                       help="grade on a Dask distributed cluster instead (e.g. tcp://host:8786; --workers is then "
+                       "not used); each worker needs this repository at the same path and commit, and bubblewrap")
     grade.add_argument("--gradebook", help="nbgrader database URL (default: sqlite:///autograder/gradebook.db)")
+    grade.add_argument("--resume", action="store_true",
+                       help="reuse the results stored in OUT/.progress/ for every submission whose notebook, and "
+                       "the grader (its code, the checks, the reference, the notebooks, the limits), are unchanged "
+                       "since; grade the rest (every result is stored as it arrives, with or without --resume)")
+    grade.add_argument("--compare", type=Path, metavar="PREVIOUS_CSV",
+                       help="dry run of a regrade: grade, then write only OUT/changes.csv, every student whose "
+                       "score would differ from PREVIOUS_CSV (an earlier grades.csv of this assignment) and the "
+                       "test cells that make the difference, and those new or missing; grades.csv, feedback, "
+                       "report and gradebook are not written")
     selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
                                    "sandbox (what grade does before anyone else)")
     selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
