@@ -38,8 +38,12 @@ lint: $(STAMP)
 NBVAL := book/01_self_attention.ipynb book/02_causal_masking.ipynb book/03_cross_attention.ipynb \
 	book/04_multi_head.ipynb book/05_positional_encoding.ipynb
 
+# Two pytest-xdist workers: much of the suite waits on one serial process (a kernel, the book build, nbgrader),
+# so two keep both cores of a small machine busy. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build and browser test, leak scans, nbval
-	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25
+	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25 -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf _build

@@ -421,18 +421,20 @@ def test_what_a_submission_could_see(tmp_path) -> None:
 
 def test_grading_refuses_when_a_check_cannot_load(tmp_path) -> None:
     """A check module that fails to import stops the command before anyone is graded, naming the module,
-    the line and the error."""
-    broken = REPO_ROOT / "autograder" / "checks" / "zz_broken_for_test.py"
-    broken.write_text("import torch\n\nVALUE = torch.tensor(1) / undefined_name\n")
-    try:
-        run = subprocess.run([sys.executable, "-m", "autograder", "grade", A, str(tmp_path), "--out",
-                              str(tmp_path / "o")], cwd=REPO_ROOT, env=nbgrader_env(), capture_output=True,
-                             text=True, timeout=300)
-    finally:
-        broken.unlink()
+    the line and the error. (In a copy of the repository: a broken module in this one would reach every grader
+    running beside this test.)"""
+    copy = tmp_path / "repo"
+    for part in ("autograder", "solutions", "attention_course", "notebooks"):
+        shutil.copytree(REPO_ROOT / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.db"))
+    (copy / "autograder" / "checks" / "zz_broken_for_test.py").write_text(
+        "import torch\n\nVALUE = torch.tensor(1) / undefined_name\n")
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", A, str(tmp_path), "--out",
+                          str(tmp_path / "o")], cwd=copy, env={**nbgrader_env(), "PYTHONPATH": str(copy)},
+                         capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "refusing to grade" in run.stderr, run.stderr[-2000:]
     assert "zz_broken_for_test" in run.stderr and "zz_broken_for_test.py:3" in run.stderr, run.stderr[-2000:]
     assert "NameError" in run.stderr and not (tmp_path / "o").exists()
+    assert str(copy) in run.stderr, "the copy's grader did not run: " + run.stderr[-2000:]
 
 
 def test_grading_refuses_when_the_instructor_falls_short(tmp_path, monkeypatch) -> None:
