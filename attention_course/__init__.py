@@ -2,6 +2,8 @@
 
 - :mod:`attention_course.testing` — the checks the *visible* tests use; each
   failure message says what went wrong and what to look at.
+- :mod:`attention_course.checking` — the checks of the book's narrative cells: one
+  printed line for the reader, an error that stops the build when a claim is false.
 - :mod:`attention_course.plots` — heatmaps of attention weights and masks.
 - :mod:`attention_course.data` — the small example sentences and seeded toy
   embeddings the chapters use.
