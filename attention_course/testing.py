@@ -2,12 +2,19 @@
 
 Every helper raises :class:`CheckFailed` (an ``AssertionError``) whose message
 names what was expected, what was found and, where it can, the likely mistake.
+
+A message that names its mistake ends with the mistake's short name in
+parentheses, e.g. ``"... (softmax over the wrong axis)"``; :func:`mistake_name`
+reads it back. The hidden checks name their mistakes the same way, with the
+same names, so a learner meets one name for one mistake while working and in
+the graded feedback, and the class report counts them.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -18,8 +25,37 @@ class CheckFailed(AssertionError):
     """A check failed; the message explains why."""
 
 
-def fail(message: str) -> None:
-    raise CheckFailed(message)
+#: The names of mistakes that any exercise can make, shared by the visible and the hidden checks.
+MODIFIED_IN_PLACE = "input modified in place"
+DTYPE_CHANGED = "dtype not kept"
+GRAPH_CUT = "gradients cut"
+LIBRARY_CALL = "library function called"
+NO_VALUE_ERROR = "no ValueError for bad arguments"
+NO_RETURN = "nothing returned"
+
+_NAME = re.compile(r"\(([A-Za-z][^()]{2,78}[^()\s])\)\s*$")
+
+
+def mistake_name(message: str) -> str | None:
+    """The short name a failing check gives its mistake: the parenthesised words that end the message.
+
+    >>> mistake_name("weights sum to 1 along dim 0 (softmax over the wrong axis)")
+    'softmax over the wrong axis'
+
+    A name starts with a letter, so a shape or an index at the end, such as ``(2, 5, 6)``, is not one.
+    """
+    found = _NAME.search(message or "")
+    return found.group(1) if found else None
+
+
+def named(message: str, name: str | None) -> str:
+    """``message`` with the mistake's name added at its end, in the form :func:`mistake_name` reads."""
+    return f"{message} ({name})" if name else message
+
+
+def fail(message: str, name: str | None = None) -> None:
+    """Fail the check with ``message``, naming the mistake ``name`` when the check knows it."""
+    raise CheckFailed(named(message, name))
 
 
 def _shape(x: object) -> str:
@@ -29,8 +65,9 @@ def _shape(x: object) -> str:
 def assert_tensor(x: object, what: str) -> None:
     """``x`` must be a ``torch.Tensor`` (not a NumPy array, list or ``None``)."""
     if not isinstance(x, Tensor):
-        hint = " — did you forget a `return`?" if x is None else ""
-        fail(f"{what} should be a torch.Tensor, got {type(x).__name__}{hint}")
+        if x is None:
+            fail(f"{what} should be a torch.Tensor, got None — did you forget a `return`?", NO_RETURN)
+        fail(f"{what} should be a torch.Tensor, got {type(x).__name__}")
 
 
 def assert_shape(x: object, expected: Sequence[int], what: str) -> None:
@@ -50,6 +87,18 @@ def assert_finite(x: Tensor, what: str, hint: str = "") -> None:
         fail(f"{what} contains {kind} (first at index {first}){' — ' + hint if hint else ''}")
 
 
+def _matches(actual: Tensor, candidate: object, atol: float, rtol: float) -> bool:
+    if callable(candidate):
+        try:
+            candidate = candidate()
+        except Exception:  # this suspect cannot run on these inputs, so it is not what the learner did
+            return False
+    if not isinstance(candidate, Tensor) or candidate.shape != actual.shape:
+        return False
+    return torch.allclose(actual.detach().to(torch.float64), candidate.detach().to(torch.float64),
+                          atol=atol, rtol=rtol, equal_nan=True)
+
+
 def assert_close(
     actual: object,
     expected: Tensor,
@@ -57,8 +106,23 @@ def assert_close(
     hint: str = "",
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    suspects: Mapping[str, object] | None = None,
 ) -> None:
-    """``actual`` must match ``expected`` in shape and value (NaN never matches)."""
+    """``actual`` must match ``expected`` in shape and value (NaN never matches).
+
+    ``suspects`` maps a message that ends with a mistake's name, ``"... (name)"``, to what that mistake
+    would give on the same inputs (a tensor, or a function that computes it). When ``actual`` is wrong and
+    matches one, the check fails with that message, so the learner reads the likely mistake, not only a
+    number. Suspects are tried in order, before the shape is checked (a wrong shape can be a named mistake).
+    """
+    assert_tensor(actual, what)
+    wrong = tuple(actual.shape) != tuple(expected.shape) or not torch.allclose(
+        actual.detach().to(torch.float64), expected.detach().to(torch.float64), atol=atol, rtol=rtol,
+        equal_nan=True) or (torch.isnan(actual).any() and not torch.isnan(expected).any())
+    if wrong:
+        for message, candidate in (suspects or {}).items():
+            if _matches(actual, candidate, atol, rtol):
+                fail(f"{what}: {message}")
     assert_shape(actual, expected.shape, what)
     a, e = actual.detach().to(torch.float64), expected.detach().to(torch.float64)
     if torch.isnan(a).any() and not torch.isnan(e).any():
@@ -67,8 +131,8 @@ def assert_close(
         diff = (a - e).abs().nan_to_num(float("inf"))
         where = tuple(int(i) for i in (diff == diff.max()).nonzero()[0])
         fail(
-            f"{what} is wrong: at index {where} got {a[where].item():.6g}, expected {e[where].item():.6g} "
-            f"(largest difference {diff.max().item():.3g}){' — ' + hint if hint else ''}"
+            f"{what} is wrong: at index {where} got {a[where].item():.6g}, expected {e[where].item():.6g}, "
+            f"the largest difference{' — ' + hint if hint else ''}"
         )
 
 
@@ -83,7 +147,8 @@ def assert_sums_to_one(weights: Tensor, dim: int = -1, what: str = "weights") ->
         for d in other:
             s = weights.to(torch.float64).sum(dim=d)
             if torch.allclose(s, torch.ones_like(s), atol=1e-5):
-                fail(f"{what} sum to 1 along dim {d} instead of dim {dim} — did you normalise over the wrong axis?")
+                fail(f"{what} sum to 1 along dim {d} instead of dim {dim} — did you normalise over the wrong axis?",
+                     "softmax over the wrong axis")
         low, high = sums.min().item(), sums.max().item()
         fail(f"{what} should sum to 1 along dim {dim}; the sums range from {low:.4g} to {high:.4g}")
 
@@ -91,9 +156,10 @@ def assert_sums_to_one(weights: Tensor, dim: int = -1, what: str = "weights") ->
 def expect_value_error(fn: Callable[[], object], what: str, must_mention: Sequence[str] = ()) -> None:
     """Call ``fn``; it must raise ``ValueError`` whose message mentions each of ``must_mention``.
 
-    Any other exception (``NotImplementedError`` from an unfinished stub, say)
-    propagates unchanged, so the test fails with it. Returns nothing, so a test
-    cell that ends with it shows no output.
+    ``NotImplementedError`` (an unfinished stub) propagates unchanged, so the test
+    fails with it; any other exception (torch's own error from the bad shapes, say)
+    means the arguments were not checked first. Returns nothing, so a test cell
+    that ends with it shows no output.
     """
     try:
         fn()
@@ -102,8 +168,33 @@ def expect_value_error(fn: Callable[[], object], what: str, must_mention: Sequen
         if missing:
             fail(f"{what}: the ValueError should mention {missing}; its message was {str(err)!r}")
         return
-    fail(f"{what} should raise ValueError with a clear message, but nothing was raised")
+    except NotImplementedError:
+        raise
+    except Exception as err:
+        fail(f"{what} raised {type(err).__name__}, not ValueError: {str(err)[:200]!r} — check the arguments first "
+             f"and raise ValueError with a message that names the shapes or dtypes involved", NO_VALUE_ERROR)
+    fail(f"{what} should raise ValueError with a clear message, but nothing was raised", NO_VALUE_ERROR)
 
+
+
+def expect_runs(fn: Callable[[], object], what: str, crashes: Mapping[str, str] | None = None) -> object:
+    """Return ``fn()``; a crash that ``crashes`` knows fails the check with the mistake's name.
+
+    ``crashes`` maps a clue, words of the exception's ``"Type: message"`` (``"ValueError"``, ``"device"``), to
+    an explanation that ends with the mistake's name, ``"... (name)"``. The exception's own text is quoted, so
+    it is never read as a name. Other exceptions, and ``NotImplementedError`` (an unfinished stub), propagate
+    unchanged.
+    """
+    try:
+        return fn()
+    except NotImplementedError:
+        raise
+    except Exception as err:
+        text = f"{type(err).__name__}: {err}"
+        for clue, explanation in (crashes or {}).items():
+            if clue in text:
+                fail(f"{what} raised {text[:200]!r} — {explanation}")
+        raise
 
 class _Refuse(TorchFunctionMode):
     def __init__(self, names: Sequence[str], reason: str) -> None:
@@ -113,7 +204,7 @@ class _Refuse(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = getattr(func, "__name__", "")
         if name in self.names:
-            fail(f"your code calls torch's `{name}` — {self.reason}")
+            fail(f"your code calls torch's `{name}` — {self.reason}", LIBRARY_CALL)
         return func(*args, **(kwargs or {}))
 
 
@@ -135,5 +226,5 @@ def assert_untouched(before: Sequence[Tensor], after: Sequence[Tensor], names: S
         if not torch.equal(b, a):
             fail(
                 f"your function modified its input `{name}` in place — use out-of-place operations "
-                f"(`x - m`, not `x -= m`; `masked_fill`, not `masked_fill_`)"
+                f"(`x - m`, not `x -= m`; `masked_fill`, not `masked_fill_`)", MODIFIED_IN_PLACE
             )

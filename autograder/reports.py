@@ -16,10 +16,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from attention_course.testing import mistake_name  # noqa: E402
 from autograder.grading import Result  # noqa: E402
 
 COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "reason"]
-NAMED = re.compile(r"\(([^()]{4,80})\)\s*$")
 
 
 def grade_ids(results: list[Result]) -> list[str]:
@@ -38,9 +38,9 @@ def write_grades(results: list[Result], path: Path) -> None:
 
 
 def named_mistake(message: str) -> str | None:
-    """The short name a failing check gives its mistake, e.g. "softmax over the wrong axis"."""
-    found = NAMED.search(message)
-    return found.group(1) if found else None
+    """The short name a failing check gives its mistake, e.g. "softmax over the wrong axis" (the one rule,
+    :func:`attention_course.testing.mistake_name`, that the visible checks' messages follow too)."""
+    return mistake_name(message)
 
 
 def _safe(name: str) -> str:
@@ -91,7 +91,8 @@ def _png(fig: plt.Figure) -> str:
 
 
 def write_report(results: list[Result], path: Path) -> None:
-    """The class at a glance: score histogram, pass rate per check, the commonest named mistakes, statuses."""
+    """The class at a glance: score histogram, pass rate per check (a picture and a table), the commonest named
+    mistakes (each counted once per student), statuses."""
     ids = grade_ids(results)
     scores = [r.score for r in results]
     maximum = max((r.max_score for r in results), default=0)
@@ -100,17 +101,22 @@ def write_report(results: list[Result], path: Path) -> None:
     ax.set_xlabel(f"score (out of {maximum:g})")
     ax.set_ylabel("students")
     histogram = _png(fig)
-    rates = [sum(r.cells[g].points == r.cells[g].max_points for r in results if g in r.cells) / max(len(results), 1)
-             for g in ids]
+    passed = [sum(r.cells[g].points == r.cells[g].max_points for r in results if g in r.cells) for g in ids]
+    rates = [n / max(len(results), 1) for n in passed]
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(ids) + 1))
     ax.barh(ids[::-1], rates[::-1], color="#55a868")
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of students passing")
     pass_rates = _png(fig)
-    mistakes = Counter(m for r in results for c in r.cells.values() if c.message
-                       for m in [named_mistake(c.message)] if m)
+    # each student counts once per mistake, however many of their tests name it
+    mistakes = Counter(m for r in results for m in {named_mistake(c.message) for c in r.cells.values() if c.message}
+                       if m)
     statuses = Counter(r.status for r in results)
-    mistake_rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in mistakes.most_common(15))
+    rate_rows = "".join(f"<tr data-check='{html.escape(g)}' data-passed='{n}' data-rate='{rate:.6f}'>"
+                        f"<td><code>{html.escape(g)}</code></td><td>{n} / {len(results)}</td><td>{rate:.0%}</td></tr>"
+                        for g, n, rate in zip(ids, passed, rates, strict=True))
+    commonest = sorted(mistakes.items(), key=lambda item: (-item[1], item[0]))[:15]  # ties in a fixed order
+    mistake_rows = "".join(f"<tr><td>{html.escape(m)}</td><td>{n}</td></tr>" for m, n in commonest)
     status_rows = "".join(f"<tr><td>{html.escape(s)}</td><td>{n}</td></tr>" for s, n in statuses.most_common())
     unusual = "".join(
         f"<tr><td>{html.escape(r.student_id)}</td><td>{html.escape(r.status)}</td><td>{html.escape(r.reason)}</td></tr>"
@@ -123,9 +129,13 @@ def write_report(results: list[Result], path: Path) -> None:
         f"<p>{len(results)} submissions, mean score {mean:.1f} / {maximum:g}.</p>"
         f"<h2>Scores</h2><img alt='score histogram' src='{histogram}'>"
         f"<h2>Pass rate per check</h2><img alt='pass rate per check' src='{pass_rates}'>"
-        f"<h2>Most common named mistakes</h2><table><tr><th>mistake</th><th>students</th></tr>{mistake_rows}</table>"
-        f"<h2>Statuses</h2><table><tr><th>status</th><th>submissions</th></tr>{status_rows}</table>"
-        f"<h2>Submissions that need a look</h2><table><tr><th>student</th><th>status</th><th>reason</th></tr>"
+        f"<table id='pass-rates'><tr><th>check</th><th>students passing</th><th>pass rate</th></tr>{rate_rows}"
+        "</table>"
+        f"<h2>Most common named mistakes</h2><table id='mistakes'><tr><th>mistake</th><th>students</th></tr>"
+        f"{mistake_rows}</table>"
+        f"<h2>Statuses</h2><table id='statuses'><tr><th>status</th><th>submissions</th></tr>{status_rows}</table>"
+        "<h2>Submissions that need a look</h2><table id='unusual'><tr><th>student</th><th>status</th><th>reason</th>"
+        "</tr>"
         f"{unusual}</table></body></html>", encoding="utf-8")
 
 

@@ -98,20 +98,28 @@ class CellResult:
         return self.points == self.max_points
 
 
-def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None) -> dict[str, CellResult]:
+def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
+                     visible_only: bool = False, exercise: str | None = None) -> dict[str, CellResult]:
     """Grade the reference implementations, with ``overrides`` swapped in, through the notebook's test cells.
 
-    A cell scores its points when it raises nothing and writes nothing to
-    stderr (nbgrader's rule: a warning in a test cell is a failure).
+    With ``visible_only`` the test cells are the release's, as a learner runs them: the visible checks alone,
+    without the hidden ones; with ``exercise``, only that exercise's test cells. A cell scores its points
+    when it raises nothing and writes nothing to stderr (nbgrader's rule: a warning in a test cell is a
+    failure).
     """
-    nb = nbformat.read(source_notebook(assignment), 4)
+    nb = nbformat.read(release_notebook(assignment) if visible_only else source_notebook(assignment), 4)
     namespace: dict[str, Any] = {"__name__": "__graded__"}
     setup = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"]
     exec(compile(setup[0].source, "<setup>", "exec"), namespace)  # noqa: S102
     namespace.update(reference_objects(assignment))
     namespace.update(overrides or {})
     results = {}
-    for cell in graded_cells(nb):
+    cells = graded_cells(nb)
+    if exercise is not None:
+        names = [nbgrader_meta(c)["grade_id"] for c in solution_cells(nb)]
+        cells = [c for c in cells if max((n for n in names if nbgrader_meta(c)["grade_id"].startswith(n + "_")),
+                                         key=len, default=None) == exercise]
+    for cell in cells:
         meta = nbgrader_meta(cell)
         stderr = io.StringIO()
         message = ""

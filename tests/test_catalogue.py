@@ -21,8 +21,11 @@ from notebook_grading import (
     grade_in_process,
     graded_cells,
     nbgrader_meta,
+    release_notebook,
     source_notebook,
 )
+
+from attention_course.testing import mistake_name
 
 
 def _catalogue(module: str):
@@ -41,7 +44,8 @@ CORRECT = [(a, i, e) for a, module in CATALOGUES.items() for i, e in enumerate(m
 
 
 def _id(case: tuple) -> str:
-    return f"{case[2].target}: {case[2].label}"
+    """``01_self_attention/softmax: softmax over the wrong axis``: ``-k 01_self_attention`` picks a chapter."""
+    return f"{case[0]}/{case[2].target}: {case[2].label}"
 
 
 _CLASSES: dict[str, tuple] = {}
@@ -80,6 +84,12 @@ def _student(learners: dict, kind: str, index: int) -> str:
     return student
 
 
+def _accusations(messages: dict[str, str], entry) -> dict[str, str]:
+    """The failing cells of ``messages`` ({grade_id: message}) that name a mistake the entry does not make."""
+    allowed = {entry.name, *entry.also}
+    return {gid: m for gid, m in messages.items() if mistake_name(m) not in allowed | {None}}
+
+
 @pytest.mark.parametrize("case", WRONG, ids=_id)
 def test_wrong_answer_loses_points_and_is_named(classes, case) -> None:
     assignment, index, entry = case
@@ -87,19 +97,89 @@ def test_wrong_answer_loses_points_and_is_named(classes, case) -> None:
     student = _student(learners, "wrong", index)
     row, cells = graded.rows[student], graded.cells(student)
     assert row["status"] == "ok", f"{entry.label!r}: status {row['status']}: {row['reason']}"
-    own = {gid: c for gid, c in cells.items() if gid.startswith(entry.target + "_")}
-    failed = {gid: c["message"] for gid, c in own.items() if c["points"] < c["max_points"]}
-    assert failed, f"{entry.label!r} kept full marks on {sorted(own)}"
-    named = [gid for gid, message in failed.items() if any(p.lower() in message.lower() for p in entry.expect)]
-    assert named, (
-        f"{entry.label!r} lost points, but no message names the mistake (expected one of {entry.expect}):\n"
-        + "\n".join(f"  {gid}: {message}" for gid, message in failed.items())
-    )
+    failed = {gid: c["message"] for gid, c in cells.items() if c["points"] < c["max_points"]}
+    assert entry.cell in cells, f"{entry.label!r} names {entry.cell!r}, which is not a test of {assignment}"
+    owner = cells[entry.cell]
+    assert entry.cell in failed, f"{entry.label!r} kept full marks on {entry.cell}, the test of its property"
+    assert owner["mistake"] == entry.name, (
+        f"{entry.label!r}: {entry.cell} should name the mistake {entry.name!r}; the feedback names "
+        f"{owner['mistake']!r}:\n  {owner['message']}")
+    wrongly = _accusations(failed, entry)
+    assert not wrongly, f"{entry.label!r} is also accused of mistakes it does not make (declare expected ones " \
+        f"in `also`): " + "; ".join(f"{gid}: {m}" for gid, m in wrongly.items())
     exercises = exercise_names(assignment)
     affected = dependents(assignment, entry.target)  # built on the target: they may fail with it
-    others = [gid for gid, c in cells.items() if exercise_of(gid, exercises) not in affected | {entry.target}
-              and c["points"] < c["max_points"]]
+    others = [gid for gid in failed if exercise_of(gid, exercises) not in affected | {entry.target}]
     assert not others, f"{entry.label!r} also failed cells of exercises that do not use it: {others}"
+
+
+@pytest.mark.parametrize("assignment", sorted(CATALOGUES))
+def test_every_graded_test_is_failed_by_a_wrong_answer(classes, assignment) -> None:
+    """A test cell that no catalogued mistake fails is a test nobody has seen fail."""
+    graded, learners, _ = classes(assignment)
+    failed = {gid for student, learner in learners.items() if learner.kind == "wrong"
+              for gid, c in graded.cells(student).items() if c["points"] < c["max_points"]}
+    never = sorted(set(_points(assignment)) - failed)
+    assert not never, f"{assignment}: no wrong answer in the catalogue fails {never}"
+
+
+# ---------------------------------------------------------------- the visible checks, as the learner runs them
+
+def _visible(assignment: str, entry) -> dict[str, str]:
+    """{grade_id: message} of every visible test cell the entry fails (the release's test cells, in-process)."""
+    key = (assignment, entry.label, entry.target)
+    if key not in _VISIBLE:  # in-process, the other exercises are the reference's: only the entry's cells can fail
+        results = grade_in_process(assignment, {entry.target: entry.impl}, visible_only=True, exercise=entry.target)
+        _VISIBLE[key] = {gid: r.message for gid, r in results.items() if not r.passed}
+    return _VISIBLE[key]
+
+
+_VISIBLE: dict[tuple, dict[str, str]] = {}
+
+
+def _visibly_named(assignment: str, entry) -> bool:
+    return any(mistake_name(m) == entry.name for m in _visible(assignment, entry).values())
+
+
+@pytest.mark.parametrize("case", WRONG, ids=_id)
+def test_visible_checks_fail_the_wrong_answer_without_a_false_name(case) -> None:
+    """While the learner works: a wrong answer fails a visible check, or the notebook says that a hidden check
+    covers it; and no visible check names a mistake the answer does not make."""
+    assignment, _, entry = case
+    failed = _visible(assignment, entry)
+    wrongly = _accusations(failed, entry)
+    assert not wrongly, f"{entry.label!r}: the visible checks name a mistake it does not make: " + "; ".join(
+        f"{gid}: {m}" for gid, m in wrongly.items())
+    if failed:
+        return
+    assert entry.hidden_only, (f"{entry.label!r} passes every visible check; the notebook must say that a hidden "
+                               "check covers it (and the entry quote that note in `hidden_only`)")
+    text = " ".join(c.source for c in nbformat.read(release_notebook(assignment), 4).cells
+                    if c.cell_type == "markdown")
+    assert " ".join(entry.hidden_only.split()) in " ".join(text.split()), (
+        f"{entry.label!r}: the release notebook has no note {entry.hidden_only!r}")
+
+
+@pytest.mark.parametrize("case", CORRECT, ids=_id)
+def test_visible_checks_pass_the_correct_alternative(case) -> None:
+    assignment, _, entry = case
+    failed = _visible(assignment, entry)
+    assert not failed, f"the correct alternative {entry.label!r} fails visible checks: {failed}"
+
+
+#: The share of wrong answers whose visible checks name the mistake, per chapter and in all (README).
+VISIBLE_GOAL = 0.8
+
+
+def test_visible_checks_name_most_mistakes() -> None:
+    named: dict[str, list[bool]] = {}
+    for assignment, _, entry in WRONG:
+        named.setdefault(assignment, []).append(_visibly_named(assignment, entry))
+    table = "\n".join(f"  {a}: {sum(v)}/{len(v)} ({sum(v) / len(v):.0%})" for a, v in sorted(named.items()))
+    total = [x for v in named.values() for x in v]
+    share = sum(total) / len(total)
+    print(f"wrong answers named by the visible checks: {sum(total)}/{len(total)} ({share:.0%})\n{table}")
+    assert share >= VISIBLE_GOAL, f"the visible checks name {share:.0%} of the mistakes:\n{table}"
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=_id)
@@ -147,10 +227,13 @@ def test_every_assignment_has_a_catalogue() -> None:
     assert not missing, f"assignments without tests/catalogue/<module>.py: {missing}"
 
 
-def test_reference_scores_full_marks_in_process() -> None:
-    for assignment in CATALOGUES:
-        results = grade_in_process(assignment)
-        assert all(r.passed for r in results.values()), {g: r.message for g, r in results.items() if not r.passed}
+@pytest.mark.parametrize("assignment", sorted(CATALOGUES))
+def test_reference_passes_every_visible_check(assignment) -> None:
+    """The visible checks hold their own expected values (hand-worked numbers, torch's built-ins), not the
+    reference's: a reference that is wrong fails them."""
+    results = grade_in_process(assignment, visible_only=True)
+    assert results and all(r.passed for r in results.values()), {
+        g: r.message for g, r in results.items() if not r.passed}
 
 
 @pytest.mark.parametrize("assignment", sorted(CATALOGUES))

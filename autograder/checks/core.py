@@ -236,7 +236,9 @@ class Raised:
     def describe(self) -> str:
         if self.type == "NotImplementedError" and not self.message:
             return "raised NotImplementedError — replace `raise NotImplementedError()` with your code"
-        return f"raised {self.type}: {self.message}"
+        # The learner's own words are quoted, so that a message of theirs ending in "(...)" is never read as the
+        # name of a mistake.
+        return f"raised {self.type}: {self.message!r}"
 
 
 def attempt(call: Callable[[], Any]) -> Any:

@@ -24,6 +24,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention_course.testing import (
+    DTYPE_CHANGED,
+    GRAPH_CUT,
+    LIBRARY_CALL,
+    MODIFIED_IN_PLACE,
+    NO_RETURN,
+    NO_VALUE_ERROR,
+    named,
+)
 from autograder.checks.core import (
     PROJECTION_CASES,
     Mistake,
@@ -243,8 +252,10 @@ def judge_tensor(
     if isinstance(actual, Raised):
         raise Mistake(f"{what} {actual.describe()}")
     if not isinstance(actual, Tensor):
-        extra = " — did you forget to `return` it?" if actual is None else ""
-        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r}{extra}")
+        if actual is None:
+            raise Mistake(named(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you "
+                                f"forget to `return` it?", NO_RETURN))
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r:.80}")
     if _close(actual, expected, atol, rtol):
         return
     suspect = matching_suspect(actual, suspects, atol, rtol)
@@ -276,25 +287,22 @@ def judge_contract(
     called = obs["called"]
     for name, message in (forbidden or {}).items():
         if name in called:
-            raise Mistake(f"{function} calls torch's `{name}` — {message}")
+            raise Mistake(named(f"{function} calls torch's `{name}` — {message}", LIBRARY_CALL))
     if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
         names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(
+        raise Mistake(named(
             f"{function} modified its input {names} in place — use out-of-place operations "
-            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)"
-        )
+            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)", MODIFIED_IN_PLACE))
     if obs["raised"] is not None:
         raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
     if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
-        raise Mistake(
-            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype "
-            f"(no `.float()`, no hard-coded `dtype=torch.float32`)"
-        )
+        raise Mistake(named(
+            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype: no `.float()`, "
+            f"no hard-coded `dtype=torch.float32`", DTYPE_CHANGED))
     if not obs["requires_grad"]:
-        raise Mistake(
+        raise Mistake(named(
             f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
-            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`"
-        )
+            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`", GRAPH_CUT))
     leaves = {
         name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
         for name, t in inputs.items()
@@ -313,10 +321,9 @@ def judge_contract(
         if want is None:
             continue
         if got is None:
-            raise Mistake(
-                f"no gradient reaches `{name}` through {function} — something detaches it "
-                f"(`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results)"
-            )
+            raise Mistake(named(
+                f"no gradient reaches `{name}` through {function} — something detaches it: `.detach()`, "
+                f"`.data`, `.item()`, `.numpy()`, or building a new tensor from results", GRAPH_CUT))
         judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6,
                      hint="a NaN gradient on a fully masked row comes from a 0/0 or an exp(-inf - -inf) that "
                      "torch.where or nan_to_num hides in the forward pass but not in the backward pass; make the "
@@ -333,13 +340,13 @@ def contract_check(reference: Callable[..., Any], inputs: dict[str, Tensor], see
 
 def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mistake: str = "") -> None:
     """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError naming
-    ``must_mention``; ``mistake`` is the short name of the mistake, added to the message when given."""
-    label = f" ({mistake})" if mistake else ""
+    ``must_mention``; ``mistake`` is the short name of the mistake (default: no ValueError for bad arguments)."""
     if not isinstance(raised, Raised):
-        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised{label}")
+        raise Mistake(named(f"{what} should raise ValueError with a clear message, but nothing was raised",
+                            mistake or NO_VALUE_ERROR))
     if raised.type != "ValueError":
-        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
-                      f"message that names the shapes or dtypes involved{label}")
+        raise Mistake(named(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
+                            f"message that names the shapes or dtypes involved", mistake or NO_VALUE_ERROR))
     missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
     if missing:
         raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
@@ -360,10 +367,12 @@ def judge_projections(obs: Observations, class_name: str) -> None:
             if facts["type"] != "Linear":
                 raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
             if tuple(facts["weight"]) != (out_features, d_model):
-                raise Mistake(
+                width_d_k = name == "w_v" and d_v != d_k and tuple(facts["weight"]) == (d_k, d_model)
+                raise Mistake(named(
                     f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                    f"{d_model} -> {out_features}" + (" (w_v maps d_model -> d_v; d_v falls back to d_k only "
-                                                      "when it is not given)" if name == "w_v" else ""))
+                    f"{d_model} -> {out_features}" + (" — w_v maps d_model -> d_v; d_v falls back to d_k only "
+                                                      "when it is not given" if name == "w_v" else ""),
+                    "w_v of width d_k instead of d_v" if width_d_k else None))
             if facts["bias"] != bias:
-                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
-                              f"to nn.Linear")
+                raise Mistake(named(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
+                                    f"to nn.Linear", "bias argument ignored"))

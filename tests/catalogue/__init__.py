@@ -8,13 +8,27 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Entry:
-    """One learner answer to the exercise ``target``.
+    """One learner answer to the exercise ``target``, written by its implementation ``impl``.
 
-    ``expect`` lists phrases of which at least one must appear in the message
-    of a failing test cell (wrong answers only); correct answers leave it empty.
+    A wrong answer declares the mistake the checks must name, and where:
+
+    - ``name``: the mistake's short name, exactly as a failing check ends its message, ``"... (name)"``
+      (:func:`attention_course.testing.mistake_name` reads it; the feedback and the class report show it).
+    - ``cell``: the ``grade_id`` of the test cell that owns the property the answer breaks. Graded, that cell
+      must fail with ``name``. The visible checks must give ``name`` too, in one of the exercise's cells,
+      unless ``hidden_only`` says why they cannot.
+    - ``also``: other names this answer may rightly be given, in other cells (expected secondary effects).
+      Any other name, in any cell, graded or visible, is a false accusation and fails the catalogue.
+    - ``hidden_only``: for a mistake that no visible check can catch, words of the exercise notebook's own
+      note telling the learner that a hidden check covers it; the words must appear in the notebook.
+
+    Correct answers leave all four empty.
     """
 
     target: str
     label: str
     impl: Any
-    expect: tuple[str, ...] = field(default=())
+    name: str = ""
+    cell: str = ""
+    also: tuple[str, ...] = field(default=())
+    hidden_only: str = ""
