@@ -179,6 +179,20 @@ def _probe_forward(student: Any) -> Observations:
     return {"results": [attempt(lambda case=case: run(*case)) for case in _FORWARD_CASES]}
 
 
+def _output_depends_on(module: Any, name: str, x: Tensor, mask: Tensor | None, out: Tensor) -> bool | None:
+    """Whether doubling the weight of ``module.<name>`` changes the output (None when that cannot be run):
+    a projection the output depends on, yet without a gradient, was cut off from the graph."""
+    try:
+        with torch.no_grad():
+            weight = getattr(module, name).weight
+            weight.mul_(2.0)
+            changed = not torch.allclose(module(x.clone(), mask)[0], out.detach())
+            weight.div_(2.0)
+        return bool(changed)
+    except Exception:
+        return None
+
+
 def _probe_module_gradients(student: Any) -> Observations:
     d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
 
@@ -186,7 +200,8 @@ def _probe_module_gradients(student: Any) -> Observations:
         module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
         out, _ = module(x.clone(), mask)
         (out * seeded(*out.shape, seed=105)).sum().backward()
-        return {name: plain(getattr(module, name).weight.grad) for name in ("w_q", "w_k", "w_v")}
+        grads = {name: plain(getattr(module, name).weight.grad) for name in ("w_q", "w_k", "w_v")}
+        return {**grads, "used": {name: _output_depends_on(module, name, x, mask, out) for name in grads}}
 
     try:
         return run()

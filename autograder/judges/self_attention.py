@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, named
 from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
 from autograder.checks.self_attention import (
     _FORWARD_CASES,
@@ -110,7 +111,7 @@ def _judge_one_stable(out: Any, x: Tensor, dim: int) -> None:
         *_softmax_suspects(x, dim),
     ]
     judge_tensor(out, ref.softmax(x, dim), f"softmax of large inputs (up to {x.abs().max().item():.0f})",
-                 suspects, hint="subtract the maximum along `dim` before exp (overflowing softmax)")
+                 suspects, hint="subtract the maximum along `dim` before exp")
 
 
 def _judge_softmax_masked(obs: Observations) -> None:
@@ -129,7 +130,7 @@ def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
         ),
         Suspect(
             "a slice that is entirely -inf gives equal weights instead of zeros — if you replace -inf by a "
-            "large negative number, zero those slices afterwards (fully masked rows must be all zeros)",
+            "large negative number, zero those slices afterwards (large negative number instead of -inf)",
             lambda x=finite_min, dim=dim: ref.softmax(x, dim),
         ),
         *_softmax_suspects(x, dim),
@@ -141,8 +142,8 @@ def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
 def _judge_softmax_library(obs: Observations) -> None:
     used = [name for name in LIBRARY_SOFTMAX if name in obs["called"]]
     if used:
-        raise Mistake(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax yourself "
-                      f"from exp, max and sum (calling the library function)")
+        raise Mistake(named(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax "
+                            f"yourself from exp, max and sum", LIBRARY_CALL))
     if isinstance(obs["result"], Raised):
         raise Mistake(f"softmax(x of shape (3, 5)) {obs['result'].describe()}")
 
@@ -164,11 +165,11 @@ def _score_suspects(q: Tensor, k: Tensor) -> list[Suspect]:
         Suspect(f"it is not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g} (no scaling)", raw),
         Suspect(f"it divides by d_k = {d_k} instead of √d_k = {math.sqrt(d_k):g} (dividing by d_k)",
                 lambda: raw() / d_k),
-        Suspect("it multiplies by √d_k instead of dividing by it", lambda: raw() * math.sqrt(d_k)),
+        Suspect("it multiplies by √d_k instead of dividing by it (multiplied by √d_k)", lambda: raw() * math.sqrt(d_k)),
         Suspect(f"it divides by √T_k = √{k.shape[-2]}, the number of keys, instead of √d_k — d_k is the last axis "
-                f"of q and k", lambda: raw() / math.sqrt(k.shape[-2])),
+                f"of q and k (scaled by the number of keys)", lambda: raw() / math.sqrt(k.shape[-2])),
         Suspect("`k.T` reverses every axis of a batched tensor — transpose only the last two axes with "
-                "`k.transpose(-2, -1)` (or `k.mT`)",
+                "`k.transpose(-2, -1)` or `k.mT` (k.T on batched keys)",
                 lambda: q @ k.permute(*reversed(range(k.dim()))) / math.sqrt(d_k)),
         Suspect("the scores are transposed: row i must belong to query i — compute q @ kᵀ, not k @ qᵀ "
                 "(transposed scores)", lambda: ref.attention_scores(k, q)),
@@ -220,8 +221,8 @@ def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: i
         suspects += [
             Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v "
                     "(keys used as values)", lambda: ref.softmax(masked(scores, NEG_INF)) @ k),
-            Suspect("the output is weights @ q; multiply the weights by v",
-                    lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
+            Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v "
+                    "(queries used as values)", lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
         ]
     if mask is not None:
         suspects += [
@@ -235,7 +236,7 @@ def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: i
             Suspect("the boolean mask was added to the scores (True counts as 1) instead of blocking keys — use "
                     "`scores.masked_fill(~mask, float('-inf'))` (mask added as numbers)",
                     lambda: attend(scores + mask)),
-            Suspect("the mask is ignored: masked keys still get weight", lambda: attend(scores)),
+            Suspect("the mask is ignored: masked keys still get weight (mask ignored)", lambda: attend(scores)),
         ]
     return suspects
 
@@ -249,7 +250,7 @@ def _judge_sdpa_result(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tenso
     got_out, got_weights = result
     if (isinstance(got_out, Tensor) and isinstance(got_weights, Tensor) and got_out.shape == weights.shape
             and got_weights.shape == out.shape and out.shape != weights.shape):
-        raise Mistake(f"{what} returned (weights, out) — return them in the order (out, weights)")
+        raise Mistake(f"{what} returned weights first — return out, then weights (out and weights swapped)")
     judge_tensor(got_weights, weights, f"the weights of {what}", _sdpa_suspects(q, k, v, mask, 1))
     judge_tensor(got_out, out, f"the output of {what}", _sdpa_suspects(q, k, v, mask, 0))
 
@@ -279,13 +280,17 @@ def _judge_fully_masked(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tens
     rows, outs = weights[dead], out[dead]
     if torch.isnan(rows).any() or torch.isnan(outs).any():
         raise Mistake(
-            f"{what}: a query whose keys are all masked gets NaN (softmax of a row of -inf is 0/0) — such a "
-            f"row must give all-zero weights and an all-zero output (NaN on fully masked rows)")
+            f"{what}: a query whose keys are all masked gets NaN, since the softmax of a row of -inf is 0/0 — "
+            f"such a row must give all-zero weights and an all-zero output (NaN on fully masked rows)")
+    expected = ref.scaled_dot_product_attention(q, k, v, mask)[1]
+    if weights.shape != expected.shape or not torch.allclose(
+            weights[~dead].double(), expected[~dead].double(), atol=1e-5, rtol=1e-4):
+        return  # the other queries are wrong too: the mask judge below names that mistake
     if torch.allclose(rows, torch.full_like(rows, 1.0 / k.shape[-2]), atol=1e-4):
         raise Mistake(
             f"{what}: a query whose keys are all masked gets equal weights 1/T_k — that is what filling with a "
             f"large negative number such as -1e9 does; fill with -inf and make such rows all zeros "
-            f"(-1e9 instead of -inf)")
+            f"(large negative number instead of -inf)")
     if not (torch.equal(rows, torch.zeros_like(rows)) and torch.allclose(outs, torch.zeros_like(outs))):
         raise Mistake(f"{what}: a query whose keys are all masked must get all-zero weights and output")
 
@@ -305,11 +310,14 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
             raise Mistake(f"{what} {result.describe()}")
         if not (isinstance(result, tuple) and len(result) == 2):
             raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
+        shapes = tuple(tuple(t.shape) if isinstance(t, Tensor) else None for t in result)
+        if shapes == (tuple(weights.shape), tuple(out.shape)) and out.shape != weights.shape:
+            raise Mistake(f"{what} returned weights first — return out, then weights (out and weights swapped)")
         for got, want, name in ((result[0], out, "out"), (result[1], weights, "weights")):
             if not isinstance(got, Tensor) or got.shape != want.shape:
                 shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
-                raise Mistake(f"{what}: `{name}` has shape {shape}, expected {tuple(want.shape)} "
-                              f"(out is (..., T_q, d_v), weights (..., T_q, T_k))")
+                raise Mistake(f"{what}: `{name}` has shape {shape}, expected {tuple(want.shape)}; out is "
+                              f"(..., T_q, d_v) and weights (..., T_q, T_k), in that order")
 
 
 register("scaled_dot_product_attention_shapes", _judge_sdpa_shapes)
@@ -346,10 +354,11 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
     mistakes = [
         ("the values are the input x itself — project them with w_v (values not projected)",
          lambda: attend(q, k, x, mask)),
-        ("the keys are computed with w_q — keys come from w_k", lambda: attend(q, q, v, mask)),
+        ("the keys are computed with w_q — keys come from w_k (keys computed with w_q)", lambda: attend(q, q, v, mask)),
         ("the mask is not passed on to the attention — forward(x, mask) must use it (mask ignored)",
          lambda: attend(q, k, v)),
-        ("the scores are scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
+        ("the scores are scaled by √d_model instead of √d_k, the width of q and k "
+         "(scaled by √d_model instead of √d_k)", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
     ]
     out, weights = attend(q, k, v, mask)
     for part, name, want in ((1, "weights", weights), (0, "output", out)):
@@ -361,11 +370,16 @@ def _judge_module_gradients(obs: Observations) -> None:
     d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
     if "raised" in obs:
         raise Mistake(f"SelfAttention({d_model}, {d_k}, {d_v}): forward and backward {obs['raised'].describe()}")
+    used = obs["used"]  # {name: whether doubling that projection's weight changes the output}
     module = load_weights(ref.SelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
     out, _ = module(x, mask)
     (out * seeded(*out.shape, seed=105)).sum().backward()
     for name in ("w_q", "w_k", "w_v"):
         if obs[name] is None:
+            if used[name] is True:  # the output depends on it, yet no gradient reached it: the graph was cut
+                raise Mistake(named(f"SelfAttention.{name} received no gradient, though the output depends on it "
+                                    f"— something on the way detaches it: `torch.no_grad()`, `.detach()`, `.data`",
+                                    GRAPH_CUT))
             raise Mistake(f"SelfAttention.{name} received no gradient — is it used in forward, and is nothing "
                           f"detached on the way?")
         judge_tensor(obs[name], getattr(module, name).weight.grad, f"the gradient of SelfAttention.{name}.weight")
