@@ -215,11 +215,29 @@ def _pad(tokens: Tensor | None) -> Tensor | None:
     return None if tokens is None else (tokens != 0).unsqueeze(1)
 
 
-def _run_module(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
-                seed: int) -> Any:
-    module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
+def _module(student: Any, d_model: int, d_k: int, d_v: int, seed: int) -> Any:
+    return load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
+
+
+def _call(module: Any, x: Tensor, tokens: Tensor | None) -> Any:
     pad = _pad(tokens)
     return module(x.clone()) if pad is None else module(x.clone(), pad.clone())
+
+
+def _run_module(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
+                seed: int) -> Any:
+    return _call(_module(student, d_model, d_k, d_v, seed), x, tokens)
+
+
+def _pair(student: Any, sizes: tuple[int, int, int], seed: int, x: Tensor, changed: Tensor,
+          tokens: Tensor | None) -> tuple[Any, Any]:
+    """The outputs of one module on ``x`` and on ``changed``: what differs between them is the input alone (a
+    parameter that load_weights does not set, such as a bias, is the same in both runs)."""
+    try:
+        module = _module(student, *sizes, seed)
+    except Exception as err:  # the judge decides what a crash means
+        return Raised(type(err).__name__, str(err)), Raised(type(err).__name__, str(err))
+    return attempt(partial(_call, module, x, tokens)), attempt(partial(_call, module, changed, tokens))
 
 
 def _probe_forward(student: Any) -> Observations:
@@ -253,13 +271,8 @@ def _changed_future(x: Tensor, start: int, seed: int) -> Tensor:
 
 
 def _probe_leak(student: Any) -> Observations:
-    pairs = []
-    for d_model, d_k, d_v, x, tokens, seed, start in _LEAK_CASES:
-        sizes = (d_model, d_k, d_v)
-        base = attempt(partial(_run_module, student, *sizes, x, tokens, seed))
-        changed = attempt(partial(_run_module, student, *sizes, _changed_future(x, start, seed + 100), tokens, seed))
-        pairs.append((base, changed))
-    return {"pairs": pairs}
+    return {"pairs": [_pair(student, (d_model, d_k, d_v), seed, x, _changed_future(x, start, seed + 100), tokens)
+                      for d_model, d_k, d_v, x, tokens, seed, start in _LEAK_CASES]}
 
 
 _INVARIANCE_CASES = [  # (d_model, d_k, d_v, x, tokens, seed)
@@ -274,13 +287,8 @@ def _changed_padding(x: Tensor, tokens: Tensor, seed: int) -> Tensor:
 
 
 def _probe_invariance(student: Any) -> Observations:
-    pairs = []
-    for d_model, d_k, d_v, x, tokens, seed in _INVARIANCE_CASES:
-        sizes = (d_model, d_k, d_v)
-        base = attempt(partial(_run_module, student, *sizes, x, tokens, seed))
-        changed = attempt(partial(_run_module, student, *sizes, _changed_padding(x, tokens, seed + 100), tokens, seed))
-        pairs.append((base, changed))
-    return {"pairs": pairs}
+    return {"pairs": [_pair(student, (d_model, d_k, d_v), seed, x, _changed_padding(x, tokens, seed + 100), tokens)
+                      for d_model, d_k, d_v, x, tokens, seed in _INVARIANCE_CASES]}
 
 
 register("CausalSelfAttention_projections", probe_projections)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_RETURN, named
 from autograder.checks.core import (
     Mistake,
     Observations,
@@ -71,9 +72,11 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     tail = f" — {hint}" if hint else ""
     if isinstance(actual, Raised):
         raise Mistake(f"{what} {actual.describe()}")
+    if actual is None:
+        raise Mistake(named(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you forget "
+                            f"to `return` it?", NO_RETURN))
     if not isinstance(actual, Tensor):
-        extra = " — did you forget to `return` it?" if actual is None else ""
-        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r:.80}{extra}")
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got a {type(actual).__name__}")
     if _exactly(actual, expected):
         return
     candidates = []
@@ -98,8 +101,11 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
 def _judge_bool(facts: Any, what: str) -> None:
     if isinstance(facts, Raised):
         raise Mistake(f"{what} {facts.describe()}")
+    if facts is None:
+        raise Mistake(named(f"{what} should return a boolean tensor, got None — did you forget to `return` it?",
+                            NO_RETURN))
     if not isinstance(facts, dict):
-        raise Mistake(f"{what} should return a boolean tensor, got {facts!r:.80}")
+        raise Mistake(f"{what} should return a boolean tensor, got a {type(facts).__name__}")
     if facts["dtype"] != "torch.bool":
         kind = "float" if "float" in facts["dtype"] else "integer"
         raise Mistake(f"{what} returned a {facts['dtype']} tensor — masks are boolean, True = may attend, as "
@@ -109,8 +115,8 @@ def _judge_bool(facts: Any, what: str) -> None:
 
 def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
     if isinstance(facts, Raised):
-        named = f" — {where} (device ignored)" if "device" in facts.message.lower() else ""
-        raise Mistake(f"{what} {facts.describe()}{named}")
+        because = f" — {where} (device ignored)" if "device" in facts.message.lower() else ""
+        raise Mistake(f"{what} {facts.describe()}{because}")
     if isinstance(facts, dict) and facts["device"] != device:
         raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where} (device ignored)")
 
@@ -132,11 +138,11 @@ def _causal_suspects(t_q: int, t_k: int) -> list[Suspect]:
                 "`additive_mask` converts it (additive 0/-inf mask instead of boolean)",
                 lambda: ref.additive_mask(ref.causal_mask(t_q, t_k))),
         Suspect(f"with t_q={t_q} queries and t_k={t_k} keys the queries are the *last* t_q positions, so query i "
-                f"may attend keys j <= i + (t_k - t_q) = i + {offset}; this mask lines query 0 up with key 0 "
-                f"(cache offset ignored: aligned to the first key)", lambda: _tril(t_q, t_k)),
+                f"may attend keys j <= i + (t_k - t_q) = i + {offset}; this mask lines query 0 up with key 0, as "
+                f"if there were no cache (queries aligned with the first key)", lambda: _tril(t_q, t_k)),
         Suspect(f"it has shape ({t_k}, {t_k}): the mask must have one row per query, (t_q, t_k) = ({t_q}, {t_k}) — "
                 f"keep the last t_q rows of the square mask, or use j <= i + (t_k - t_q) "
-                f"(cache offset ignored: a t_k × t_k mask)", lambda: _tril(t_k, t_k)),
+                f"(a t_k × t_k mask)", lambda: _tril(t_k, t_k)),
         Suspect(f"it has shape ({t_q}, {t_q}): t_k is ignored; the mask must be (t_q, t_k) = ({t_q}, {t_k}) "
                 f"(t_k ignored)", lambda: _tril(t_q, t_q)),
         Suspect(f"the offset has the wrong sign: query i may attend keys j <= i + (t_k - t_q) = i + {offset}, "
@@ -174,9 +180,8 @@ def _judge_causal_dtype_device(obs: Observations) -> None:
 
 
 def _judge_causal_errors(obs: Observations) -> None:
-    mistake = "no ValueError for t_q > t_k"
-    judge_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"), mistake)
-    judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"), mistake)
+    judge_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"))
+    judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"))
 
 
 register("causal_mask_square", _judge_causal(_SQUARE))
@@ -194,15 +199,15 @@ def _padding_suspects(tokens: Tensor, pad_id: int) -> list[Suspect]:
         Suspect("it is True at the padding; padding_mask is True where a token may be attended, i.e. where it "
                 "is *not* pad_id (inverted: True at the pads)", lambda: (tokens == pad_id).unsqueeze(1)),
         Suspect(f"it has shape (B, T) = {(batch, t)}; add the query axis so it is (B, 1, T) = {(batch, 1, t)} and "
-                f"broadcasts over the queries of the scores (B, T_q, T_k) (shape (B, T) instead of (B, 1, T))",
+                f"broadcasts over the queries of the scores (B, T_q, T_k) (no query axis)",
                 lambda: keep),
         Suspect(f"it has shape (B, T, 1) = {(batch, t, 1)}: that masks *queries* (rows of the scores), not keys; "
                 f"the key axis is the last one, so unsqueeze(1) to get (B, 1, T) "
-                f"(shape (B, T, 1) instead of (B, 1, T))", lambda: keep.unsqueeze(-1)),
+                f"(padding masks queries instead of keys)", lambda: keep.unsqueeze(-1)),
         Suspect(f"it compares with 0, not with pad_id = {pad_id} (pad_id ignored)",
                 lambda: (tokens != 0).unsqueeze(1)),
         Suspect(f"it is expanded to (B, T, T) = {(batch, t, t)}; return (B, 1, T) and let broadcasting do the rest "
-                f"(expanded instead of (B, 1, T))", lambda: keep.unsqueeze(1).expand(batch, t, t)),
+                f"(expanded over the queries)", lambda: keep.unsqueeze(1).expand(batch, t, t)),
         Suspect("it is a 0/-inf float mask; padding_mask returns the boolean mask, True = may attend "
                 "(additive 0/-inf mask instead of boolean)", lambda: ref.additive_mask(keep.unsqueeze(1))),
     ]
@@ -212,7 +217,8 @@ def _judge_padding(obs: Observations) -> None:
     def one(out: Any, tokens: Tensor, pad_id: int) -> None:
         rows = tokens.tolist() if tokens.numel() <= 12 else f"tokens {tuple(tokens.shape)}"
         judge_mask(out, ref.padding_mask(tokens, pad_id), f"padding_mask({rows}, pad_id={pad_id})",
-                   _padding_suspects(tokens, pad_id), hint="True where the token is not pad_id, shape (B, 1, T)")
+                   _padding_suspects(tokens, pad_id),
+                   hint="True where the token is not pad_id, with an axis of size 1 for the queries")
 
     judge_cases((out, lambda out, case=case: one(out, *case))
                 for case, out in zip(_PADDING_CASES, obs["outs"], strict=True))
@@ -225,23 +231,22 @@ def _judge_padding_shape(obs: Observations) -> None:
         if isinstance(facts, Raised):
             raise Mistake(f"{what} {facts.describe()}")
         if not isinstance(facts, dict):
-            raise Mistake(f"{what} should return a boolean tensor of shape (B, 1, T), got {facts!r:.80}")
+            _judge_bool(facts, what)  # None or not a tensor: it says which
         if facts["shape"] != (batch, 1, t):
-            named = {(batch, t): "(B, T) instead of (B, 1, T)", (batch, t, 1): "(B, T, 1) instead of (B, 1, T)",
-                     (batch, t, t): "expanded instead of (B, 1, T)"}.get(facts["shape"], "wrong shape")
-            raise Mistake(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis of "
-                          f"size 1 stands for the queries, so the mask blocks the same keys for every query "
-                          f"({named})")
+            mistake = {(batch, t): "no query axis", (batch, t, 1): "padding masks queries instead of keys",
+                       (batch, t, t): "expanded over the queries"}.get(facts["shape"])
+            raise Mistake(named(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis "
+                                f"of size 1 stands for the queries, so the mask blocks the same keys for every query",
+                                mistake))
         _judge_bool(facts, what)
     _judge_device(obs["meta"], "padding_mask of tokens on the meta device", "meta",
                   "compare the tokens themselves; don't build a new tensor on the CPU")
 
 
 def _judge_padding_errors(obs: Observations) -> None:
-    mistake = "no ValueError for tokens that are not (B, T)"
     one_d, three_d = obs["raised"]  # one per case of _PADDING_ERRORS
-    judge_value_error(one_d, "padding_mask of 1-D tokens [1, 2, 0, 0, 0] (shape (5,))", ("5",), mistake)
-    judge_value_error(three_d, "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",), mistake)
+    judge_value_error(one_d, "padding_mask of 1-D tokens [1, 2, 0, 0, 0], of shape (5,),", ("5",))
+    judge_value_error(three_d, "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",))
 
 
 register("padding_mask_values", _judge_padding)
@@ -293,11 +298,12 @@ def _judge_combine(obs: Observations) -> None:
         if case["modified"]:  # even when the call then raised: `&=` fails only once the shape grows
             raise Mistake(f"{_combine_call(masks)} modified its input mask number {case['modified'][0] + 1} in "
                           f"place (`&=`, `logical_and_`); `out = out & m` makes a new tensor "
-                          f"(input modified in place)")
+                          f"({MODIFIED_IN_PLACE})")
 
     def one(result: Any, masks: list[Tensor]) -> None:
         what = _combine_call(masks)
-        if isinstance(result, Raised) and not (result.type == "NotImplementedError" and not result.message):
+        shapes_differ = len({m.shape for m in masks}) > 1
+        if isinstance(result, Raised) and result.type == "RuntimeError" and shapes_differ:
             raise Mistake(f"{what} {result.describe()} — masks of different shapes must broadcast together: "
                           f"`a & b` broadcasts, torch.stack and torch.cat do not (masks not broadcast)")
         judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
@@ -315,9 +321,9 @@ def _judge_combine_none(obs: Observations) -> None:
             raise Mistake(f"{what} {out.describe()}")
         if isinstance(out, Raised):
             if given:
-                named = " — skip the None entries before combining (None not ignored)" \
+                because = " — skip the None entries before combining (None not ignored)" \
                     if "none" in out.message.lower() else ""
-                raise Mistake(f"{what} {out.describe()}{named}")
+                raise Mistake(f"{what} {out.describe()}{because}")
             raise Mistake(f"{what} {out.describe()} — when every mask is None there is nothing to combine: "
                           f"return None (all None should give None)")
         if not given:
@@ -333,9 +339,8 @@ def _judge_combine_none(obs: Observations) -> None:
 
 
 def _judge_combine_errors(obs: Observations) -> None:
-    mistake = "no ValueError for a non-boolean mask"
-    judge_value_error(obs["float"], "combine_masks(causal (4, 4), a float mask (4, 4))", ("bool",), mistake)
-    judge_value_error(obs["int"], "combine_masks(an int64 mask (2, 1, 4), causal (4, 4))", ("bool",), mistake)
+    judge_value_error(obs["float"], "combine_masks of a causal mask (4, 4) and a float mask (4, 4)", ("bool",))
+    judge_value_error(obs["int"], "combine_masks of an int64 mask (2, 1, 4) and a causal mask (4, 4)", ("bool",))
 
 
 register("combine_masks_and", _judge_combine)
@@ -349,21 +354,21 @@ def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list
     zeros = torch.zeros(mask.shape, dtype=dtype)
     return [
         Suspect("blocked entries hold -1e9, not -inf: a large negative number is not the same mask — a row "
-                "with every key blocked gets equal weights instead of zeros (-1e9 instead of -inf)",
+                "with every key blocked gets equal weights instead of zeros (large negative number instead of -inf)",
                 lambda: zeros.masked_fill(~mask, -1e9)),
         Suspect("blocked entries hold torch.finfo(dtype).min, not -inf (finfo.min instead of -inf)",
                 lambda: zeros.masked_fill(~mask, torch.finfo(dtype).min)),
         Suspect("it is the mask as numbers, 1 where True and 0 where False; adding it to the scores blocks nothing "
-                "— the additive form is 0 where True and -inf where False (1/0 instead of 0/-inf)",
+                "— the additive form is 0 where True and -inf where False (bool mask cast to 1/0)",
                 lambda: mask.to(dtype)),
         Suspect("it is 0 where True and 1 where False; blocked entries must be -inf, so exp(-inf) = 0 "
-                "(0/1 instead of 0/-inf)", lambda: (~mask).to(dtype)),
+                "(blocked keys get 1, not -inf)", lambda: (~mask).to(dtype)),
         Suspect("it is inverted: -inf must go where the mask is False (blocked), 0 where it is True "
                 "(inverted: -inf where True)", lambda: zeros.masked_fill(mask, NEG_INF)),
         Suspect("it holds NaN where the mask is True: 0 × -inf is NaN, so multiplying the mask by -inf does not "
-                "work — fill with masked_fill or torch.where (0 × -inf is NaN)",
+                "work — fill with masked_fill or torch.where (mask multiplied by -inf)",
                 lambda: (~mask).to(dtype) * NEG_INF),
-        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0 (+inf instead of -inf)",
+        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0 (positive infinity instead of -inf)",
                 lambda: zeros.masked_fill(~mask, float("inf"))),
     ]
 
@@ -400,10 +405,8 @@ def _judge_additive_dtype_device(obs: Observations) -> None:
 
 
 def _judge_additive_errors(obs: Observations) -> None:
-    judge_value_error(obs["float"], "additive_mask of a float mask", ("bool",),
-                        "no ValueError for a non-boolean mask")
-    judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",),
-                        "no ValueError for a dtype that cannot hold -inf")
+    judge_value_error(obs["float"], "additive_mask of a float mask", ("bool",))
+    judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",))
 
 
 register("additive_mask_values", _judge_additive)
@@ -435,7 +438,7 @@ def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> 
             ("pad_mask is not used: real tokens still attend the padding — combine it with the causal mask "
              "(pad_mask ignored)", lambda: run(causal)),
             ("pad_mask was turned into (B, T, 1), so it blocks padded *queries* (rows) instead of padded keys "
-             "(columns); keep it (B, 1, T) (pad mask applied to queries instead of keys)",
+             "(columns); keep it (B, 1, T) (padding masks queries instead of keys)",
              lambda: run(causal & pad.transpose(-2, -1))),
             ("the masks are combined with OR: a key must be allowed by the causal mask *and* the padding mask "
              "(OR instead of AND)", lambda: run(causal | pad)),
@@ -456,6 +459,14 @@ def _name_module_mistake(actual_out: Any, x: Tensor, tokens: Tensor | None, w: d
     return ""
 
 
+def _nan_only_in_empty_rows(got: Any, allowed: Tensor, batch_t: torch.Size) -> bool:
+    """Whether ``got`` (B, T, ...) holds NaN, and only in the rows of queries that may attend no key."""
+    if not isinstance(got, Tensor) or got.dim() < 3 or got.shape[:2] != batch_t or not torch.isnan(got).any():
+        return False
+    empty = ~allowed.expand(*batch_t, allowed.shape[-1]).any(-1)  # (B, T): queries with no key to attend
+    return bool((torch.isnan(got).flatten(2).any(-1) <= empty).all())
+
+
 def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
                        seed: int) -> None:
     w = projection_weights(d_model, d_k, d_v, seed)
@@ -464,13 +475,13 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
     if isinstance(result, Raised):
         raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
     mistakes = _module_mistakes(x, tokens, w)
     q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-    out, weights = attend(q, k, v, ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens)))
+    allowed = ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
+    out, weights = attend(q, k, v, allowed)
     for part, name in ((1, "weights"), (0, "output")):
-        got = result[part]
-        if isinstance(got, Tensor) and torch.isnan(got).any():
+        if _nan_only_in_empty_rows(result[part], allowed, x.shape[:2]):
             raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
                           f"the softmax of a row of -inf is 0/0 — such a row must give zeros; the given "
                           f"`attention` does that (NaN on fully masked rows)")
@@ -489,8 +500,8 @@ def _judge_forward(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(f"{what}: forward and backward {got.describe()}")
     if got["dtype"] != "torch.float64":
-        raise Mistake(f"{what} returned {got['dtype']} — keep the dtype of x (no `.float()`, no hard-coded "
-                      f"dtype=torch.float32) (dtype not kept)")
+        raise Mistake(named(f"{what} returned {got['dtype']} — keep the dtype of x: no `.float()`, no hard-coded "
+                            f"dtype=torch.float32", DTYPE_CHANGED))
     module = load_weights(ref.CausalSelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
     module = module.double()
     leaf = x.clone().requires_grad_(True)
@@ -498,18 +509,22 @@ def _judge_forward(obs: Observations) -> None:
     (out * seeded(*out.shape, seed=157, dtype=out.dtype)).sum().backward()
     judge_tensor(got["out"], out.detach(), f"the output of {what}", atol=1e-9, rtol=1e-7)
     if got["grad"] is None:
-        raise Mistake(f"no gradient reaches x through {what} — something detaches it")
-    judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6,
-                 hint="a pad at the start of a row attends no key; the softmax of its row of -inf is NaN, and "
-                 "adding -inf (rather than masked_fill) lets that NaN flow back into q and k — fill the blocked "
-                 "scores with masked_fill, or use the given `attention` (NaN gradient on fully masked rows)")
+        raise Mistake(named(f"no gradient reaches x through {what} — something detaches it: `.detach()`, `.data`, "
+                            f"or building a new tensor from results", GRAPH_CUT))
+    if isinstance(got["grad"], Tensor) and torch.isnan(got["grad"]).any():
+        raise Mistake(f"the gradient of {what} with respect to x contains NaN, though the output does not: a pad at "
+                      f"the start of a row attends no key; the softmax of its row of -inf is NaN, and adding -inf "
+                      f"(rather than masked_fill) lets that NaN flow back into q and k even when nan_to_num hides "
+                      f"it in the forward pass — fill the blocked scores with masked_fill, or use the given "
+                      f"`attention` (NaN gradient on fully masked rows)")
+    judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6)
 
 
 def _outputs(result: Any, what: str) -> Tensor:
     if isinstance(result, Raised):
         raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
     return result[0]
 
 
@@ -522,11 +537,11 @@ def _judge_leak(obs: Observations) -> None:
             raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
         if torch.allclose(before[:, :start], after[:, :start], atol=1e-6, rtol=1e-5, equal_nan=True):
             continue  # NaN is not a leak: the forward and padding cells name it
-        named = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
+        mistake = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
         raise Mistake(
             f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
             f"0..{start - 1}, so the future leaks into the past — "
-            + (named if named else "build the mask with causal_mask(T) and pass it to attention (future leaks)"))
+            + (mistake or "build the mask with causal_mask(T) and pass it to attention (future leaks)"))
 
 
 def _judge_invariance(obs: Observations) -> None:
@@ -535,17 +550,20 @@ def _judge_invariance(obs: Observations) -> None:
         before, after = _outputs(base, what), _outputs(changed, what)
         if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
             raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
-        if torch.isnan(before).any():
+        allowed = ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
+        if _nan_only_in_empty_rows(before, allowed, x.shape[:2]):
             raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
                           f"must give zeros — the given `attention` does that (NaN on fully masked rows)")
+        if torch.isnan(before).any():
+            raise Mistake(f"{what} gives NaN at index {first_index(torch.isnan(before))}, where a number was expected")
         real = tokens != 0
         if torch.allclose(before[real], after[real], atol=1e-6, rtol=1e-5):
             continue
-        named = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
+        mistake = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
         raise Mistake(
             f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets "
-            f"weight — " + (named if named else "combine pad_mask (B, 1, T) with the causal mask "
-                            "(padding leaks into real tokens)"))
+            f"weight — " + (mistake or "combine pad_mask (B, 1, T) with the causal mask (padding leaks into real "
+                            "tokens)"))
 
 
 register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "CausalSelfAttention"))
