@@ -4,11 +4,15 @@ solution or hidden-test text (with controls that plant each kind of leak and see
 from __future__ import annotations
 
 import filecmp
+import json
+import re
 import shutil
 import subprocess
-import sys
 
+import nbformat
 import pytest
+from learner_env import fresh_env, run_cells, run_python
+from notebook_grading import ASSIGNMENTS, nbgrader_meta, solution_cells, source_notebook
 
 from autograder.bundle import MARKER, check_bundle, make_bundle
 from autograder.leaks import all_secrets
@@ -41,12 +45,86 @@ def test_nothing_for_instructors_is_in_the_bundle(bundle) -> None:
     assert not [p for p in paths if "source/" in p and p.endswith(".ipynb")], "source notebooks shipped"
 
 
-def test_the_helper_package_imports_from_the_bundle_alone(bundle) -> None:
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import attention_course.testing as t; "
-            "assert t.__file__.startswith(sys.argv[1]), t.__file__; "
-            "import importlib.util as u; assert u.find_spec('solutions') is None or 'solutions' not in sys.modules")
-    run = subprocess.run([sys.executable, "-c", code, str(bundle)], capture_output=True, text=True, cwd=bundle)
+@pytest.fixture(scope="module")
+def learner(bundle, tmp_path_factory):
+    """The bundle installed as its README says (``pip install -e .`` of its own pyproject), in a fresh environment
+    that has the third-party packages and nothing of this repository: the learner's python."""
+    python = fresh_env(tmp_path_factory.mktemp("learner") / "venv")
+    run = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
+                          "-q", "-e", str(bundle)], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(bundle.parent)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return python
+
+
+IMPORTS = """
+import importlib, json
+found = {}
+for name in ("attention_course.testing", "solutions", "autograder", "autograder.checks"):
+    try:
+        found[name] = importlib.import_module(name).__file__
+    except ModuleNotFoundError:
+        found[name] = None
+print(json.dumps(found))
+"""
+
+
+def _imports(python, cwd, **env) -> dict:
+    run = run_python(python, IMPORTS, cwd=cwd, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_the_bundle_alone_gives_the_helpers_and_no_solutions(bundle, learner) -> None:
+    found = _imports(learner, bundle / "notebooks" / "01_self_attention")
+    assert found["attention_course.testing"] and found["attention_course.testing"].startswith(str(bundle)), found
+    assert found["solutions"] is None and found["autograder"] is None, f"the learner's kernel can import {found}"
+
+
+@pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
+def test_each_notebook_runs_in_the_bundle_alone(bundle, learner, assignment, tmp_path) -> None:
+    """The release notebook as a learner runs it in the bundle: the set-up cell, then, with a correct answer in
+    every stub (the instructor's), each Try-it cell and each visible test, in order, in the notebook's folder."""
+    name = ASSIGNMENTS[assignment][0]
+    released = nbformat.read(bundle / "notebooks" / assignment / name, 4)
+    answers = {nbgrader_meta(c)["grade_id"]: c.source for c in solution_cells(nbformat.read(
+        source_notebook(assignment), 4))}
+    cells = [(i, answers.get(nbgrader_meta(c).get("grade_id"), c.source) if nbgrader_meta(c).get("solution")
+              else c.source) for i, c in enumerate(released.cells) if c.cell_type == "code"]
+    assert sum(nbgrader_meta(released.cells[i]).get("solution", False) for i, _ in cells) == len(answers)
+    result = run_cells(learner, cells, bundle / "notebooks" / assignment, tmp_path)
+    assert result["failed"] is None and result["ran"] == len(cells), result
+
+
+def _requirement_lines(path) -> list[str]:
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def _project(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[]", requirement)[0].lower()
+
+
+def test_binder_installs_the_helpers_and_no_solutions(tmp_path) -> None:
+    """Binder's launch buttons build from binder/: its requirements install no path of this repository (the
+    root's `-e .` would put the reference solutions and the grader in the learner's kernel), its pins are the
+    repository's, and its postBuild makes attention_course, and only it, importable from the notebooks."""
+    lines = _requirement_lines(REPO_ROOT / "binder" / "requirements.txt")
+    local = [line for line in lines if line.startswith(("-e", ".", "/", "file:")) or "://" in line]
+    assert not local, f"binder/requirements.txt installs from a path: {local}"
+    pins = {_project(line): line for line in _requirement_lines(REPO_ROOT / "requirements.txt")}
+    differ = [line for line in lines if _project(line) in pins and pins[_project(line)] != line]
+    assert not differ, f"binder/requirements.txt pins differ from requirements.txt: {differ}"
+    python = fresh_env(tmp_path / "venv")
+    home = tmp_path / "home"
+    home.mkdir()
+    run = subprocess.run(["bash", str(REPO_ROOT / "binder" / "postBuild")], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120, env={"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": str(home)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    for folder in ("notebooks/01_self_attention", "book"):
+        found = _imports(python, REPO_ROOT / folder, HOME=str(home))
+        assert found["attention_course.testing"], f"Binder's kernel cannot import attention_course from {folder}"
+        assert found["solutions"] is None and found["autograder"] is None, f"Binder's kernel in {folder}: {found}"
 
 
 @pytest.mark.parametrize("plant", ["solution line in a page", "hidden-test marker in a notebook",
