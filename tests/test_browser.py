@@ -12,7 +12,9 @@ Without them the tests fail and say so: a browser test that skipped itself would
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import urllib.error
 import urllib.request
@@ -21,6 +23,7 @@ from pathlib import Path
 from urllib.parse import urldefrag, urljoin, urlparse
 
 import pytest
+import yaml
 from book_site import serve, toc_files
 
 from autograder.release import REPO_ROOT
@@ -89,26 +92,43 @@ def browser():
     driver.quit()
 
 
+def _served(url: str) -> tuple[int, str | None]:
+    """The HTTP status of ``url`` and the text of its <title>, as the server sends them."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            status, body = response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        return err.code, None
+    found = re.search(r"<title>(.*?)</title>", body, re.S)
+    return status, " ".join(html.unescape(found.group(1)).split()) if found else None
+
+
 @pytest.fixture(scope="module")
 def visits(site, browser) -> dict[str, dict]:
-    """Every page of `_toc.yml`, loaded once: what the page showed and what the console said."""
+    """Every page of `_toc.yml`, loaded once: what the server sent, what the page showed, what the console said."""
     seen = {}
     browser.get_log("browser")  # start from an empty console
     for page in toc_files():
+        status, served_title = _served(site + page + ".html")
         browser.get(site + page + ".html")
         state = browser.execute_async_script(INSPECT)
         state["console"] = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
-        state["title"] = browser.title
+        state.update(title=browser.title, status=status, served_title=served_title)
         seen[page] = state
     return seen
 
 
 def test_every_page_loads_without_console_errors(visits) -> None:
+    not_found = {page: state["status"] for page, state in visits.items() if state["status"] != 200}
+    assert not not_found, f"pages of _toc.yml the built book does not have (HTTP status): {not_found}"
     problems = {page: [e["message"][:300] for e in state["console"]] for page, state in visits.items()
                 if state["console"] or state.get("error")}
     assert not problems, f"console errors: {problems}"
-    untitled = [page for page, state in visits.items() if "404" in state["title"] or not state["title"].strip()]
-    assert not untitled, f"pages without a proper title (not found?): {untitled}"
+    # Sphinx titles every page "<its title> — <the book's title>"; the browser must show the page it was sent
+    book = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())["title"]
+    untitled = {page: state["title"] for page, state in visits.items()
+                if state["title"] != state["served_title"] or not state["title"].endswith(f" \N{EM DASH} {book}")}
+    assert not untitled, f"pages whose title is not their own within the book: {untitled}"
 
 
 def test_maths_is_typeset_everywhere(visits) -> None:

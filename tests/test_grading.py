@@ -8,30 +8,41 @@ a trace on the host (a file, a connection, a process) that the test looks for.
 from __future__ import annotations
 
 import csv
+import json
+import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 import zipfile
+from collections import Counter
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
 from notebook_grading import graded_cells, nbgrader_meta, release_notebook, replace_solution, source_notebook
 
-from autograder import grading, sandbox
+from attention_course.testing import mistake_name
+from autograder import grading, reports, sandbox
 from autograder.release import REPO_ROOT, nbgrader_env
 
 A = "01_self_attention"
-FULL = sum(float(nbgrader_meta(c)["points"]) for c in graded_cells(nbformat.read(source_notebook(A), 4)))
+#: every test cell's points, in the notebook's order
+POINTS = {nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c)["points"])
+          for c in graded_cells(nbformat.read(source_notebook(A), 4))}
+FULL = sum(POINTS.values())
 #: the points of SelfAttention's test cells: what a notebook that breaks down in that last exercise loses
 SELF_ATTENTION = sum(float(nbgrader_meta(c)["points"]) for c in graded_cells(nbformat.read(source_notebook(A), 4))
                      if nbgrader_meta(c)["grade_id"].startswith("SelfAttention_"))
 MARKER = Path("/tmp/autograder-test-marker")
 
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    return x\n"
+#: a wrong softmax whose mistake the judges name: exp(x), never divided by its sum
+UNNORMALISED_SOFTMAX = "import torch\n\ndef softmax(x, dim=-1):\n    return torch.exp(x)\n"
 LOOP = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n"
 NO_ASSERTS = ("import ast\nclass _NoAssert(ast.NodeTransformer):\n    def visit_Assert(self, node):\n"
               "        return ast.Pass()\nget_ipython().ast_transformers.append(_NoAssert())")
@@ -150,7 +161,7 @@ PORT, RECEIVED = _server()
 
 HOSTILE = {
     # attacks on the comparison, the asserts and the checks, each with a wrong softmax
-    "patch_allclose": ({"softmax": WRONG_SOFTMAX},
+    "patch_allclose": ({"softmax": UNNORMALISED_SOFTMAX},
                        ["import torch\ntorch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True"]),
     "asserts_to_pass": ({"softmax": WRONG_SOFTMAX}, [NO_ASSERTS]),
     "blank_later_cells": ({"softmax": WRONG_SOFTMAX},
@@ -377,20 +388,12 @@ def test_the_host_is_untouched(graded) -> None:
     assert not leftover, f"processes started by a submission are still running: {leftover}"
 
 
-def test_what_a_submission_could_see(tmp_path) -> None:
-    """Inside the sandbox: no repository, reference, judges, gradebook, sources or output folder; no network."""
-    bundle = sandbox.build_bundle(tmp_path / "bundle")
-    workspace = tmp_path / "work"
-    workspace.mkdir()
-    output = tmp_path / "grades-out"
-    output.mkdir()
-    (output / "grades.csv").write_text("student_id,score\n")
-    secrets = [REPO_ROOT / "README.md", REPO_ROOT / "solutions" / "self_attention.py",
-               REPO_ROOT / "autograder" / "gradebook.db", REPO_ROOT / "autograder" / "source", output / "grades.csv"]
-    code = (
-        "import importlib.util, json, os, socket\n"
+def _what_is_seen(secrets: list[Path], stream: str) -> str:
+    """Code that writes what it can see as one JSON line on ``sys.<stream>``: which of ``secrets`` exist, whether
+    the reference or the judges import, whether the host's loopback answers, its pid, / and the repository."""
+    return (
+        "import importlib.util, json, os, socket, sys\n"
         f"paths = {[str(p) for p in secrets]!r}\n"
-        "readable = [p for p in paths if os.path.exists(p)]\n"
         "def found(name):\n"
         "    try:\n"
         "        return importlib.util.find_spec(name) is not None\n"
@@ -402,21 +405,54 @@ def test_what_a_submission_could_see(tmp_path) -> None:
         "except OSError:\n"
         "    network = False\n"
         f"repo = sorted(os.listdir({str(REPO_ROOT)!r})) if os.path.isdir({str(REPO_ROOT)!r}) else []\n"
-        "print(json.dumps({'readable': readable, 'modules': [m for m in ('solutions', 'autograder.judges')\n"
-        "                  if found(m)], 'network': network, 'pid': os.getpid(), 'root': sorted(os.listdir('/')),\n"
-        "                  'repo': repo}))\n"
+        "print(json.dumps({'visible': [p for p in paths if os.path.exists(p)],\n"
+        "                  'modules': [m for m in ('solutions', 'autograder.judges') if found(m)],\n"
+        "                  'network': network, 'pid': os.getpid(), 'root': sorted(os.listdir('/')), 'repo': repo}),\n"
+        f"      file=sys.{stream})\n"
     )
-    run = sandbox.run([sys.executable, "-c", code], bundle, workspace, sandbox.Limits(wall_seconds=60))
+
+
+def test_what_a_submission_could_see(tmp_path) -> None:
+    """Inside the sandbox, as a plain process and as a notebook's cell on a grading worker (where a student's
+    code runs): no repository, reference, judges, gradebook, sources or output folder; no network."""
+    bundle = sandbox.build_bundle(tmp_path / "bundle")
+    workspace = tmp_path / "work"
+    workspace.mkdir()
+    output = tmp_path / "grades-out"
+    output.mkdir()
+    (output / "grades.csv").write_text("student_id,score\n")
+    gradebook = tmp_path / "gradebook.db"  # a real one, where --gradebook would put it
+    with sqlite3.connect(gradebook) as db:
+        db.execute("CREATE TABLE grade (student_id TEXT, score REAL)")
+    secrets = [REPO_ROOT / "README.md", REPO_ROOT / "solutions" / "self_attention.py", REPO_ROOT / "autograder",
+               REPO_ROOT / "autograder" / "source", gradebook, output, output / "grades.csv"]
+    if (REPO_ROOT / "autograder" / "gradebook.db").exists():  # nbgrader's default place, when there is one
+        secrets.append(REPO_ROOT / "autograder" / "gradebook.db")
+    # each exists here, so that the sandbox's not showing it proves something
+    assert all(p.exists() for p in secrets), [str(p) for p in secrets if not p.exists()]
+
+    run = sandbox.run([sys.executable, "-c", _what_is_seen(secrets, "stdout")], bundle, workspace,
+                      sandbox.Limits(wall_seconds=60))
     assert run.returncode == 0, run.stderr
-    seen = __import__("json").loads(run.stdout.strip().splitlines()[-1])
-    assert seen["readable"] == [], f"visible inside the sandbox: {seen['readable']}"
-    assert seen["modules"] == [], f"importable inside the sandbox: {seen['modules']}"
-    assert seen["network"] is False and seen["pid"] == 2, seen
-    assert "home" not in seen["root"], seen["root"]
-    # where the venv lives inside the repository, its mount point makes the folder exist, and nothing else
-    assert set(seen["repo"]) <= {Path(sys.prefix).name}, f"the repository's files are visible: {seen['repo']}"
-    # the same paths exist here, so the test would fail if the sandbox showed them
-    assert all(p.exists() for p in secrets if p.name != "gradebook.db")
+    limits = sandbox.Limits(wall_seconds=120)
+    worker = sandbox.Worker(bundle, limits)
+    try:
+        execution = worker.run({"cells": [nbformat.v4.new_code_cell(_what_is_seen(secrets, "stderr"))]}, limits)
+    finally:
+        worker.close()
+    assert execution.summary and execution.summary.get("done"), execution.stderr
+    lines = {"a process": run.stdout, "a notebook on a worker": execution.stderr}
+    for where, text in lines.items():
+        written = [line for line in text.splitlines() if line.startswith("{")]
+        assert written, f"{where} wrote no report: {text[-2000:]}"
+        seen = json.loads(written[-1])
+        assert seen["visible"] == [], f"visible inside the sandbox, to {where}: {seen['visible']}"
+        assert seen["modules"] == [], f"importable inside the sandbox, to {where}: {seen['modules']}"
+        assert seen["network"] is False, f"{where} reached the host's loopback"
+        assert "home" not in seen["root"], (where, seen["root"])
+        # where the venv lives inside the repository, its mount point makes the folder exist, and nothing else
+        assert set(seen["repo"]) <= {Path(sys.prefix).name}, f"the repository's files, to {where}: {seen['repo']}"
+    assert json.loads(run.stdout.strip().splitlines()[-1])["pid"] == 2, "not in its own PID namespace"
 
 
 def test_grading_refuses_when_a_check_cannot_load(tmp_path) -> None:
@@ -467,12 +503,126 @@ def test_selftest_gives_every_assignment_full_marks() -> None:
         assert float(score) == float(maximum) > 0 and ", ok" in line, line
 
 
-def test_feedback_names_the_mistake_and_the_report_exists(graded) -> None:
-    feedback = (graded["out"] / "feedback" / "patch_allclose" / f"{A}.html").read_text()
-    assert "softmax_sums_to_one" in feedback and "failed" in feedback
-    report = (graded["out"] / "report.html").read_text()
-    assert "Pass rate per check" in report and "data:image/png;base64," in report
-    assert "Most common named mistakes" in report
+class _Tables(HTMLParser):
+    """The tables of an HTML page: {its id (else its position): [(row attributes, [cell texts]), ...]}, header
+    rows (of <th>) left out; entities are decoded, so a cell's text is what the reader sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: dict[str, list[tuple[dict, list[str]]]] = {}
+        self._rows: list[tuple[dict, list[str]]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs) -> None:
+        if tag == "table":
+            self._rows = self.tables.setdefault(dict(attrs).get("id") or str(len(self.tables)), [])
+        elif tag == "tr":
+            self._rows.append((dict(attrs), []))
+        elif tag == "td":
+            self._cell = self._rows[-1][1]
+            self._cell.append("")
+
+    def handle_endtag(self, tag) -> None:
+        if tag == "td":
+            self._cell = None
+
+    def handle_data(self, data) -> None:
+        if self._cell is not None:
+            self._cell[-1] += data
+
+
+def _tables(page: Path) -> dict[str, list[tuple[dict, list[str]]]]:
+    parser = _Tables()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return {name: [row for row in rows if row[1]] for name, rows in parser.tables.items()}
+
+
+def _feedback(graded, student: str) -> tuple[dict, dict[str, tuple[dict, list[str]]]]:
+    """A student's feedback: the JSON, and the page's rows by test (row attributes, cell texts)."""
+    page = graded["out"] / "feedback" / student / f"{A}.html"
+    (rows,) = _tables(page).values()
+    return json.loads(page.with_suffix(".json").read_text()), {cells[0]: (attrs, cells) for attrs, cells in rows}
+
+
+def _judged_in_process(check: str, answer: str) -> str:
+    """The hidden check's verdict on ``answer`` (an answer cell's source), probed and judged in this process."""
+    from autograder.checks import core as checks
+    from autograder.judges import core as judges
+
+    namespace: dict = {}
+    exec(answer, namespace)  # the same source the class's notebook carries
+    checks.load_all()
+    judges.load_judges()
+    with pytest.raises(judges.Mistake) as verdict:
+        judges.judge_recorded(check, checks.encode(checks.get(check)(namespace["softmax"])))
+    return str(verdict.value)
+
+
+def test_the_honest_feedback_shows_every_test_passed(graded) -> None:
+    data, rows = _feedback(graded, "honest")
+    assert (data["score"], data["max_score"], data["status"]) == (FULL, FULL, "ok"), data
+    assert [c["grade_id"] for c in data["cells"]] == list(POINTS) == list(rows)
+    wrong = [c for c in data["cells"] if c["points"] != c["max_points"] or c["message"] or c["mistake"]]
+    assert not wrong, wrong
+    for gid, (attrs, cells) in rows.items():
+        assert attrs.get("class") == "passed", (gid, attrs, cells)
+        assert cells == [gid, f"{POINTS[gid]:g} / {POINTS[gid]:g}", "passed", "", ""], cells
+
+
+def test_the_feedback_carries_the_judges_message_and_its_named_mistake(graded) -> None:
+    """The patched-comparison student: the page and the JSON show, for softmax_sums_to_one, the message the
+    judge gives the same answer here, and the mistake it names."""
+    gid = "softmax_sums_to_one"
+    expected = _judged_in_process(gid, UNNORMALISED_SOFTMAX)
+    assert mistake_name(expected) == "missing the division", expected
+    data, rows = _feedback(graded, "patch_allclose")
+    cell = next(c for c in data["cells"] if c["grade_id"] == gid)
+    assert (cell["points"], cell["message"], cell["mistake"]) == (0, expected, "missing the division"), cell
+    attrs, cells = rows[gid]
+    assert attrs.get("class") == "failed", attrs
+    assert cells == [gid, f"0 / {POINTS[gid]:g}", "failed", "missing the division", expected], cells
+
+
+def test_the_class_report_agrees_with_the_grades_and_the_feedback(graded) -> None:
+    rows = graded["rows"]
+    tables = _tables(graded["out"] / "report.html")
+    # pass rates: the share of rows of grades.csv with the test's full points
+    rates = {attrs["data-check"]: (int(attrs["data-passed"]), float(attrs["data-rate"]))
+             for attrs, _ in tables["pass-rates"]}
+    assert list(rates) == list(POINTS)
+    for gid, (passed, rate) in rates.items():
+        full = sum(float(row[gid]) == POINTS[gid] for row in rows.values())
+        assert (passed, rate) == (full, pytest.approx(full / len(rows), abs=1e-6)), gid
+    assert {rate for _, rate in rates.values()} - {0.0, 1.0}, "no test that some passed and some failed"
+    # named mistakes: each student once per name, as the feedback JSON beside each page names them
+    per_student = Counter(m for student in rows for m in {c["mistake"] for c in _feedback(graded, student)[0]["cells"]
+                                                          if c["mistake"]})
+    named = {cells[0]: int(cells[1]) for _, cells in tables["mistakes"]}
+    assert named["missing the division"] == per_student["missing the division"] >= 1, named
+    assert {m: per_student[m] for m in named} == named
+    assert len(named) == min(15, len(per_student)) and all(
+        n <= min(named.values()) for m, n in per_student.items() if m not in named), (named, per_student)
+    shapes = [m for m in named if mistake_name(f"x ({m})") != m or re.fullmatch(r"[\d\s,()]+", m)]
+    assert not shapes, f"not mistake names: {shapes}"
+    statuses = {cells[0]: int(cells[1]) for _, cells in tables["statuses"]}
+    assert statuses == Counter(row["status"] for row in rows.values())
+
+
+def test_the_report_counts_each_student_once_and_no_shape_as_a_mistake(tmp_path) -> None:
+    """write_report on results made here: two students name the same mistake (one in two tests), a third's
+    message ends in a shape, which is no mistake's name."""
+    def result(student: str, messages: list[str]) -> grading.Result:
+        cells = {f"t{i}": grading.CellResult(f"t{i}", 0.0 if m else 1.0, 1.0, m) for i, m in enumerate(messages)}
+        return grading.Result(student, A, "ok", "", cells)
+
+    axis = "weights sum to 1 along dim 0 (softmax over the wrong axis)"
+    results = [result("ann", [axis, "again, " + axis, ""]), result("bob", ["", axis, ""]),
+               result("cy", ["out has shape (2, 5), expected (2, 5, 6)", "", ""])]
+    reports.write_report(results, tmp_path / "report.html")
+    tables = _tables(tmp_path / "report.html")
+    assert [cells for _, cells in tables["mistakes"]] == [["softmax over the wrong axis", "2"]]
+    assert [(attrs["data-check"], attrs["data-passed"]) for attrs, _ in tables["pass-rates"]] == [
+        ("t0", "1"), ("t1", "1"), ("t2", "3")]
 
 
 def test_nbgrader_export_sees_the_grades(graded, tmp_path) -> None:

@@ -110,8 +110,10 @@ def test_a_shift_by_k_rotates_every_pair_the_same_way_at_every_position() -> Non
 
 
 def test_sinusoidal_encoding_is_deterministic_and_extends_to_longer_sequences() -> None:
-    assert torch.equal(sinusoidal_encoding(30, 12), sinusoidal_encoding(30, 12))
-    torch.testing.assert_close(sinusoidal_encoding(300, 12)[:30], sinusoidal_encoding(30, 12))
+    """Computed, not drawn: every call gives the formula's table, and a longer table begins with the shorter."""
+    expected = loop_table(300, 12)
+    for max_len in (30, 30, 300):
+        torch.testing.assert_close(sinusoidal_encoding(max_len, 12).double(), expected[:max_len], atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize(("max_len", "d_model", "named"), [(10, 7, "d_model=7"), (10, 1, "d_model=1"),
@@ -130,9 +132,9 @@ def test_the_module_adds_the_first_t_rows() -> None:
     x = randn(3, 7, 16, seed=1)
     out = module(x)
     assert out.shape == x.shape  # added, not concatenated: the width stays d_model
-    torch.testing.assert_close(out, x + sinusoidal_encoding(50, 16)[:7])
+    torch.testing.assert_close(out, x + loop_table(7, 16).float())
     torch.testing.assert_close(SinusoidalPositionalEncoding(8, 20, base=100.0)(torch.zeros(1, 5, 8))[0],
-                               sinusoidal_encoding(5, 8, base=100.0))
+                               loop_table(5, 8, base=100.0).float())
 
 
 def test_the_table_is_a_buffer_saved_in_the_state_dict_and_moved_by_to() -> None:
@@ -145,9 +147,11 @@ def test_the_table_is_a_buffer_saved_in_the_state_dict_and_moved_by_to() -> None
     assert meta.pe.device.type == "meta"
     out = meta(torch.zeros(2, 5, 8, device="meta"))
     assert out.device.type == "meta" and out.shape == (2, 5, 8)
-    restored = SinusoidalPositionalEncoding(8, max_len=12)
-    restored.load_state_dict(SinusoidalPositionalEncoding(8, max_len=12).state_dict())
-    torch.testing.assert_close(restored.pe, sinusoidal_encoding(12, 8))
+    saved = SinusoidalPositionalEncoding(8, max_len=12).state_dict()
+    restored = SinusoidalPositionalEncoding(8, max_len=12, base=100.0)  # another table until it loads the saved one
+    assert not torch.allclose(restored.pe, saved["pe"])
+    restored.load_state_dict(saved)
+    torch.testing.assert_close(restored.pe.double(), loop_table(12, 8), atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -185,7 +189,7 @@ def test_the_module_runs_on_every_device(device) -> None:
     module = SinusoidalPositionalEncoding(8, max_len=10).to(device)
     out = module(torch.zeros(2, 4, 8, device=device))
     assert out.device.type == device
-    torch.testing.assert_close(out[0].cpu(), sinusoidal_encoding(4, 8))
+    torch.testing.assert_close(out[0].cpu(), loop_table(4, 8).float())
 
 
 # ---------------------------------------------------------------- LearnedPositionalEmbedding
@@ -245,15 +249,15 @@ def test_rope_turns_the_first_pair_counter_clockwise_by_one_radian_per_position(
 
 def test_rope_works_on_any_leading_axes_and_broadcasts_positions() -> None:
     x = randn(2, 3, 5, 8, seed=9, dtype=torch.float64)  # (B, heads, T, d)
-    out = apply_rotary(x)
-    for b in range(2):
-        for h in range(3):
-            torch.testing.assert_close(out[b, h], loop_rope(x[b, h], list(range(5))))
+    expected = torch.stack([torch.stack([loop_rope(x[b, h], list(range(5))) for h in range(3)]) for b in range(2)])
+    torch.testing.assert_close(apply_rotary(x), expected)
     per_batch = torch.tensor([[0, 1, 2, 3, 4], [10, 11, 12, 13, 14]])[:, None, :]  # (B, 1, T)
     out = apply_rotary(x, per_batch)
-    torch.testing.assert_close(out[1, 2], loop_rope(x[1, 2], list(range(10, 15))))
-    torch.testing.assert_close(apply_rotary(x, torch.arange(5)), apply_rotary(x))
-    torch.testing.assert_close(apply_rotary(x, list(range(5))), apply_rotary(x))
+    torch.testing.assert_close(out[0], expected[0])
+    for h in range(3):
+        torch.testing.assert_close(out[1, h], loop_rope(x[1, h], list(range(10, 15))))
+    torch.testing.assert_close(apply_rotary(x, torch.arange(5)), expected)  # the positions given explicitly
+    torch.testing.assert_close(apply_rotary(x, list(range(5))), expected)
 
 
 def test_rope_preserves_norms_and_is_the_identity_at_position_zero() -> None:
@@ -286,7 +290,8 @@ def test_rope_keeps_the_dtype(dtype) -> None:
     x = randn(2, 5, 8, seed=14).to(dtype)
     out = apply_rotary(x)
     assert out.dtype == dtype
-    torch.testing.assert_close(out.float(), apply_rotary(x.float()), atol=0.05, rtol=0.02)
+    expected = torch.stack([loop_rope(row, list(range(5))) for row in x.double()])  # exact, on the rounded x
+    torch.testing.assert_close(out.double(), expected, atol=0.05, rtol=0.02)
 
 
 def test_rope_leaves_its_inputs_untouched() -> None:

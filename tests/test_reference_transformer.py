@@ -86,12 +86,17 @@ TGT_IN = tokens([[1, 5, 6, 7, 8], [1, 9, 12, 0, 0], [1, 3, 0, 0, 0]])
 # ---------------------------------------------------------------- FeedForward
 
 
+def by_hand(ff: FeedForward, x: Tensor) -> Tensor:
+    """linear2(relu(linear1(x))) from the weights, without dropout."""
+    return F.linear(torch.relu(F.linear(x, ff.linear1.weight, ff.linear1.bias)), ff.linear2.weight, ff.linear2.bias)
+
+
 def test_feed_forward_is_linear_relu_dropout_linear() -> None:
     torch.manual_seed(0)
     ff = FeedForward(12, 20)
     assert [tuple(m.weight.shape) for m in ff.modules() if isinstance(m, nn.Linear)] == [(20, 12), (12, 20)]
     x = randn(2, 5, 12, seed=1)
-    expected = F.linear(torch.relu(F.linear(x, ff.linear1.weight, ff.linear1.bias)), ff.linear2.weight, ff.linear2.bias)
+    expected = by_hand(ff, x)
     torch.testing.assert_close(ff(x), expected)
     torch.testing.assert_close(ff(x[0, 0]), expected[0, 0])  # any leading axes: one position at a time
 
@@ -102,11 +107,11 @@ def test_feed_forward_dropout_sits_between_the_relu_and_the_second_linear() -> N
     x = randn(2, 5, 12, seed=2)
     torch.testing.assert_close(ff(x), ff.linear2.bias.expand(2, 5, 12))  # every hidden unit dropped
     ff.eval()
-    torch.testing.assert_close(ff(x), FeedForward.forward(ff, x))
+    torch.testing.assert_close(ff(x), by_hand(ff, x))  # in eval mode even p = 1 drops nothing
     half = FeedForward(12, 20, dropout=0.5)
     half.eval()
     out = half(x)
-    torch.testing.assert_close(half(x), out)  # no randomness in eval mode
+    torch.testing.assert_close(out, by_hand(half, x))  # no randomness in eval mode
     half.train()
     assert not torch.allclose(half(x), out)
 
@@ -183,17 +188,36 @@ def test_transformer_wires_the_layers_as_torch_does(norm_first) -> None:
 # ---------------------------------------------------------------- the readable and the fused attention paths
 
 
-def test_manual_and_fused_attention_agree_forward_and_backward() -> None:
+@pytest.fixture
+def fused_calls(monkeypatch) -> list[tuple]:
+    """The shapes of q at every call of F.scaled_dot_product_attention (the fused path) during the test."""
+    calls: list[tuple] = []
+    real = F.scaled_dot_product_attention
+
+    def counted(q, *args, **kwargs):
+        calls.append(tuple(q.shape))
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counted)
+    return calls
+
+
+def test_manual_and_fused_attention_agree_forward_and_backward(fused_calls) -> None:
     torch.manual_seed(0)
     for norm_first in (False, True):
         manual = Transformer(small_config(norm_first=norm_first)).double()
-        scramble_norms(manual, seed=9)
         fused = Transformer(small_config(norm_first=norm_first, fused_attention=True)).double()
+        with torch.no_grad():  # initialised with other weights: only the load makes the two the same function
+            assert not torch.allclose(fused(SRC, TGT_IN), manual(SRC, TGT_IN))
+        scramble_norms(manual, seed=9)
         fused.load_state_dict(manual.state_dict())
         assert all(layer.fused_attention for layer in [*fused.encoder_layers, *fused.decoder_layers])
         results = []
         for model in (manual, fused):
+            fused_calls.clear()
             logits = model(SRC, TGT_IN)
+            # the fused model really takes the fused path: once per encoder layer, twice per decoder layer
+            assert len(fused_calls) == (3 * model.config.n_layers if model is fused else 0), fused_calls
             (logits * randn(*logits.shape, seed=10, dtype=torch.float64)).sum().backward()
             results.append((logits.detach(), {n: p.grad for n, p in model.named_parameters()}))
         (slow, slow_grads), (fast, fast_grads) = results
@@ -203,14 +227,16 @@ def test_manual_and_fused_attention_agree_forward_and_backward() -> None:
             torch.testing.assert_close(fast_grads[name], slow_grads[name], msg=name)
 
 
-def test_layers_switch_paths_at_run_time() -> None:
+def test_layers_switch_paths_at_run_time(fused_calls) -> None:
     torch.manual_seed(0)
     layer = DecoderLayer(16, 4, 24, dropout=0.0)
     x, memory = randn(2, 5, 16, seed=11), randn(2, 3, 16, seed=12)
     tgt_mask, memory_mask = causal_mask(5), lengths_mask([3, 2], 3)[:, None, :]
     slow = layer(x, memory, tgt_mask, memory_mask)
+    assert fused_calls == [], "the readable path called the fused kernel"
     layer.fused_attention = True
     torch.testing.assert_close(layer(x, memory, tgt_mask, memory_mask), slow)
+    assert fused_calls == [(2, 4, 5, 4)] * 2, "after the switch, self- and cross-attention take the fused path"
 
 
 # ---------------------------------------------------------------- the Transformer's contract
