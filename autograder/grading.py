@@ -394,7 +394,7 @@ def _judge(settings: Settings, summary: dict | None, data: bytes,
     for gid, cell in cells.items():
         span = ranges.get(gid)
         if not (isinstance(span, list) and len(span) == 2 and all(isinstance(x, int) for x in span)):
-            cell.message = "this test did not run (the notebook stopped before it)"
+            cell.message = "this test did not run: the notebook stopped before it"
             continue
         start, end = span
         records = [line for line in data[start:end].splitlines() if line.strip()]
@@ -419,8 +419,8 @@ def _verdict(gid: str, records: list[bytes]) -> tuple[str, str]:
     """(message, flag) for the records of test ``gid``: ("", "") when it passed; a flag means the records
     themselves are wrong, which honest code cannot cause."""
     if not records:  # e.g. the exercise's name is not defined (a syntax error in its cell): honest code can
-        return ("the hidden check of this test did not run (nothing was recorded: is the exercise defined, and "
-                "does its cell run without an error?)"), ""
+        return ("the hidden check of this test did not run: nothing was recorded. Is the exercise defined, and "
+                "does its cell run without an error?"), ""
     if len(records) > 1:
         return (f"the hidden check of this test wrote {len(records)} records; one was expected",
                 f"{len(records)} hidden-check records for one test")
@@ -438,7 +438,7 @@ def _verdict(gid: str, records: list[bytes]) -> tuple[str, str]:
         if not (isinstance(info, list) and len(info) == 3):
             return "the hidden-check record of this test cannot be read", "malformed hidden-check record"
         kind, message, is_exception = info
-        text = f"the hidden check of this test was stopped by {kind}: {message}"
+        text = f"the hidden check of this test was stopped by {kind}: {message!r}"
         return text, "" if is_exception is True else f"the learner's code stopped the hidden check with {kind}"
     try:
         judge_recorded(gid, record.get("observations"))
