@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE, named
 from autograder.checks.core import Mistake, Observations, Raised, projection_weights
 from autograder.checks.cross_attention import (
     _CE_CASES,
@@ -65,8 +66,8 @@ def _judge_cross_shapes(obs: Observations) -> None:
         out, weights = _check_pair(result, what)
         (b, t_q, _), t_k = x.shape, memory.shape[1]
         if not isinstance(out, Tensor) or not isinstance(weights, Tensor):
-            raise Mistake(f"{what} should return two tensors (out, weights); got ({type(out).__name__}, "
-                          f"{type(weights).__name__})")
+            raise Mistake(f"{what} should return two tensors (out, weights); got a {type(out).__name__} and a "
+                          f"{type(weights).__name__}")
         if tuple(out.shape) == (b, t_q, d_v) and tuple(weights.shape) == (b, t_q, t_k):
             continue
         shapes = f"out {tuple(out.shape)} and weights {tuple(weights.shape)}, expected ({b}, {t_q}, {d_v}) and " \
@@ -84,7 +85,10 @@ def _judge_cross_shapes(obs: Observations) -> None:
         if out.shape[-1:] == (d_model,) and weights.shape == (b, t_q, t_k):
             raise Mistake(f"{what} gave {shapes}: the values are `memory` itself — project them with w_v "
                           f"(values not projected)")
-        raise Mistake(f"{what} gave {shapes} (out is (B, T_q, d_v), weights (B, T_q, T_k))")
+        if d_k != d_v and out.shape[-1:] == (d_k,) and weights.shape == (b, t_q, t_k):
+            raise Mistake(f"{what} gave {shapes}: the values have width d_k = {d_k} — w_v maps d_model -> d_v, "
+                          f"and d_v falls back to d_k only when it is not given (w_v of width d_k instead of d_v)")
+        raise Mistake(f"{what} gave {shapes}: out is (B, T_q, d_v), weights (B, T_q, T_k)")
 
 
 def _cross_mistakes(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int,
@@ -130,7 +134,7 @@ def _judge_one_cross(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, m
     mistakes = _cross_mistakes(d_model, d_k, d_v, x, memory, seed, mask)
     w = projection_weights(d_model, d_k, d_v, seed)
     expected = attend(x @ w["w_q"].T, memory @ w["w_k"].T, memory @ w["w_v"].T, mask)
-    hint = "queries from w_q(x), keys from w_k(memory), values from w_v(memory)" + (
+    hint = "queries w_q(x), keys w_k(memory), values w_v(memory): x asks, memory answers" + (
         "; memory_mask True = may attend" if mask is not None else "") + (
         "; a target position whose source is all padding gets all-zero weights and output, never NaN"
         if mask is not None and not mask.any(dim=-1).all() else "")
@@ -184,7 +188,7 @@ def _judge_shift(obs: Observations) -> None:
     judge_cases(
         (out, lambda out, tgt=tgt, s=s: judge_tensor(
             out, ref.shift_right(tgt, s), f"shift_right(tgt {tgt.tolist()}, start_id={s})", _shift_suspects(tgt, s),
-            hint="start_id goes in front, the last token falls off, the shape stays (B, T)"))
+            hint="start_id goes in front, the last token falls off, the shape stays B × T"))
         for (tgt, s), out in zip(_SHIFT_CASES, obs["outs"], strict=True)
     )
 
@@ -192,8 +196,8 @@ def _judge_shift(obs: Observations) -> None:
 def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expected_shapes: tuple) -> None:
     what = f"{function} on an int32 tgt of shape {tuple(tgt.shape)}"
     if obs["modified"]:
-        raise Mistake(f"{function} modified its input `tgt` in place — build new tensors (`torch.cat`, "
-                      f"`scatter`, `tgt.clone()` before writing into it)")
+        raise Mistake(named(f"{function} modified its input `tgt` in place — build new tensors: `torch.cat`, "
+                            f"`scatter`, or `tgt.clone()` before writing into it", MODIFIED_IN_PLACE))
     result = obs["result"]
     if isinstance(result, Raised):
         raise Mistake(f"{what} {result.describe()}")
@@ -206,9 +210,9 @@ def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expecte
         if tuple(got.shape) != shape:
             raise Mistake(f"{what} returned shape {tuple(got.shape)}, expected {shape}")
         if got.dtype != tgt.dtype:
-            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of tgt: build new columns with "
-                          f"`tgt.new_full(...)` or `torch.full(..., dtype=tgt.dtype, device=tgt.device)` "
-                          f"(dtype changed)")
+            raise Mistake(named(f"{what} returned {got.dtype} — keep the dtype of tgt: build new columns with "
+                                f"`tgt.new_full(...)` or `torch.full(..., dtype=tgt.dtype, device=tgt.device)`",
+                                DTYPE_CHANGED))
 
 
 register("shift_right_values", _judge_shift)
@@ -231,11 +235,11 @@ def _tgt_in_suspects(tgt: Tensor, s: int, e: int, p: int) -> list[Suspect]:
     _, ref_out = ref.teacher_forcing_pair(tgt, s, e, p)
     return [
         Suspect("tgt_in holds `<end>`: it is tgt_out shifted right, but the decoder never reads `<end>` — after "
-                "the last real token tgt_in holds pad_id (`<end>` in tgt_in)", lambda: ref.shift_right(ref_out, s)),
+                "the last real token tgt_in holds pad_id (end token in tgt_in)", lambda: ref.shift_right(ref_out, s)),
         Suspect("tgt_in has only T columns: it is `<start>` followed by all T tokens, (B, T + 1) like tgt_out "
                 "(tgt_in of length T instead of T + 1)", lambda: ref.shift_right(tgt, s)),
         Suspect("tgt_in does not begin with `<start>` — the decoder's first input is `<start>` "
-                "(`<start>` missing from tgt_in)",
+                "(start token missing from tgt_in)",
                 lambda: torch.cat([tgt, torch.full((tgt.shape[0], 1), p, dtype=tgt.dtype)], dim=1)),
     ]
 
@@ -246,19 +250,19 @@ def _tgt_out_suspects(tgt: Tensor, s: int, e: int, p: int) -> list[Suspect]:
     start = torch.full((b, 1), s, dtype=tgt.dtype)
     _, ref_out = ref.teacher_forcing_pair(tgt, s, e, p)
     after_padding = "`<end>` sits in the last column, after the padding — it belongs right after each row's last " \
-                    "real token, and the padding follows it (`<end>` placed after the padding)"
+                    "real token, and the padding follows it (end token placed after the padding)"
     start_in_out = "tgt_out begins with `<start>` — tgt_out holds what the decoder must predict: the first word, " \
-                   "..., the last word, then `<end>`; `<start>` is only ever an input (`<start>` in tgt_out)"
+                   "..., the last word, then `<end>`; `<start>` is only ever an input (start token in tgt_out)"
     pad_zero = f"it treats 0 as the padding: here pad_id is {p}, so use `tgt != pad_id` to find the real tokens " \
                "and fill new columns with pad_id (pad_id assumed to be 0)"
     return [
         Suspect(after_padding, lambda: torch.cat([tgt, torch.full((b, 1), e, dtype=tgt.dtype)], dim=1)),
         Suspect("tgt_out has no `<end>` — the decoder must learn to stop, so `<end>` goes right after each row's "
-                "last real token (`<end>` missing from tgt_out)", lambda: _with_end(tgt, lengths, p, p)),
+                "last real token (end token missing from tgt_out)", lambda: _with_end(tgt, lengths, p, p)),
         Suspect("tgt_out has no `<end>` — the decoder must learn to stop, so `<end>` goes right after each row's "
-                "last real token (`<end>` missing from tgt_out)", lambda: _with_end(tgt, lengths, 0, 0)),
+                "last real token (end token missing from tgt_out)", lambda: _with_end(tgt, lengths, 0, 0)),
         Suspect("`<end>` replaced the last real token — it goes one place *after* it "
-                "(`<end>` written over the last real token)", lambda: _with_end(tgt, lengths - 1, e, p)),
+                "(end token written over the last real token)", lambda: _with_end(tgt, lengths - 1, e, p)),
         Suspect(start_in_out, lambda: torch.cat([start, tgt], dim=1)),
         Suspect(start_in_out, lambda: ref.shift_right(ref_out, s)),
         Suspect(pad_zero, lambda: _with_end(tgt, (tgt != 0).sum(dim=1), e, p)),
@@ -276,10 +280,10 @@ def _tgt_out_properties(tgt: Tensor, s: int, e: int) -> Callable[[Tensor], list[
         return [
             (bool((got == s).any()) and not bool((tgt == s).any()),
              "tgt_out contains `<start>` — it holds what the decoder must predict, and `<start>` is only ever an "
-             "input (`<start>` in tgt_out)"),
+             "input (start token in tgt_out)"),
             (ends is not None and bool((ends == 0).any()),
              "a row of tgt_out has no `<end>` — `<end>` goes right after each row's last real token "
-             "(`<end>` missing from tgt_out)"),
+             "(end token missing from tgt_out)"),
         ]
 
     return properties
@@ -309,9 +313,15 @@ def _judge_tf(cases: list[tuple]) -> Callable[[Observations], None]:
 
 def _judge_one_tf(result: Any, tgt: Tensor, s: int, e: int, p: int) -> None:
     what = f"teacher_forcing_pair(tgt {tgt.tolist()}, start_id={s}, end_id={e}, pad_id={p})"
-    if (tgt == p).all(dim=1).any():
+    all_pad = bool((tgt == p).all(dim=1).any())
+    if all_pad:
         what += " with an all-pad row"
     if isinstance(result, Raised):
+        # judge_cases reports a crash only once every case that ran has passed: when the case that crashed is
+        # the one with an empty sentence, the empty sentence is what the code does not handle.
+        if all_pad:
+            raise Mistake(named(f"{what} {result.describe()} — an all-pad row is an empty sentence: its tgt_in is "
+                                f"`<start>` then pad_id, its tgt_out `<end>` then pad_id", "all-pad row not handled"))
         raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (tgt_in, tgt_out); got {result!r:.80}")
@@ -322,8 +332,8 @@ def _judge_one_tf(result: Any, tgt: Tensor, s: int, e: int, p: int) -> None:
         raise Mistake(f"{what} returned (tgt_out, tgt_in) — return them in the order (tgt_in, tgt_out) "
                       f"(tgt_in and tgt_out swapped)")
     _judge_tokens(got_in, ref_in, f"tgt_in of {what}", _tgt_in_suspects(tgt, s, e, p),
-                  hint="tgt_in is `<start>`, the T tokens, and pad_id where the row is padded (if you built it with "
-                  "your shift_right, make shift_right's tests pass first)")
+                  hint="tgt_in is `<start>`, the T tokens, and pad_id where the row is padded; if you built it with "
+                  "your shift_right, make shift_right's tests pass first")
     _judge_tokens(got_out, ref_out, f"tgt_out of {what}", _tgt_out_suspects(tgt, s, e, p),
                   _tgt_out_properties(tgt, s, e),
                   hint="tgt_out is the tokens, `<end>` right after each row's last real token, then pad_id")
@@ -426,8 +436,15 @@ register("sequence_cross_entropy_values", _judge_ce)
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)
 register("sequence_cross_entropy_gradients",
          contract_check(_ce_contract_call(ref.sequence_cross_entropy), _CE_CONTRACT, 373, "sequence_cross_entropy"))
-register(
-    "sequence_cross_entropy_errors",
-    lambda obs: judge_value_error(obs["raised"], "sequence_cross_entropy(logits (2, 5, 7), targets (2, 4)) with "
-                                   "targets that do not match logits.shape[:2]", ("5", "4")),
-)
+def _judge_ce_errors(obs: Observations) -> None:
+    what = "sequence_cross_entropy(logits (2, 5, 7), targets (2, 4)) with targets that do not match logits.shape[:2]"
+    raised = obs["raised"]
+    vague = isinstance(raised, Raised) and raised.type == "ValueError" and not ("5" in raised.message
+                                                                                and "4" in raised.message)
+    if vague:
+        raise Mistake(named(f"{what}: the ValueError should name both shapes, so that the learner sees which "
+                            f"tensor is wrong; its message was {raised.message!r}", "ValueError without the shapes"))
+    judge_value_error(raised, what, ("5", "4"))
+
+
+register("sequence_cross_entropy_errors", _judge_ce_errors)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR
 from catalogue import Entry
 from solutions.cross_attention import shift_right
 
@@ -112,6 +113,15 @@ class CrossAttentionNoBatchCheck(_Projections):
 class CrossAttentionVWidthDK(_Projections):
     def __init__(self, d_model, d_k, d_v=None, bias=False):
         super().__init__(d_model, d_k, d_k, bias)
+
+    def forward(self, x, memory, memory_mask=None):
+        self.check(x, memory)
+        return attention(self.w_q(x), self.w_k(memory), self.w_v(memory), memory_mask)
+
+
+class CrossAttentionAlwaysBias(_Projections):
+    def __init__(self, d_model, d_k, d_v=None, bias=False):
+        super().__init__(d_model, d_k, d_v, bias=True)  # "a linear layer has a bias"
 
     def forward(self, x, memory, memory_mask=None):
         self.check(x, memory)
@@ -469,56 +479,85 @@ def ce_logsumexp(logits, targets, pad_id):
 
 WRONG = [
     Entry("CrossAttention", "keys and values taken from the decoder", CrossAttentionSelf,
-          ("self-attention instead of cross-attention",)),
+          "self-attention instead of cross-attention", "CrossAttention_forward"),
     Entry("CrossAttention", "queries from the encoder, keys and values from the decoder",
-          CrossAttentionQueriesFromMemory, ("queries taken from the encoder",)),
+          CrossAttentionQueriesFromMemory, "queries taken from the encoder", "CrossAttention_forward"),
     Entry("CrossAttention", "queries, keys and values all from the encoder", CrossAttentionEncoderOnly,
-          ("queries taken from the encoder",)),
-    Entry("CrossAttention", "memory_mask ignored", CrossAttentionDropsMask, ("memory mask ignored",)),
-    Entry("CrossAttention", "memory_mask inverted", CrossAttentionInvertedMask, ("inverted memory mask",)),
-    Entry("CrossAttention", "memory used as the values", CrossAttentionRawValues, ("values not projected",)),
-    Entry("CrossAttention", "w_k and w_v swapped", CrossAttentionSwappedKV, ("keys and values swapped",)),
-    Entry("CrossAttention", "memory detached", CrossAttentionFrozenEncoder, ("no gradient reaches `memory`",)),
-    Entry("CrossAttention", "no ValueError for mismatched batch sizes", CrossAttentionNoBatchCheck, ("ValueError",)),
-    Entry("CrossAttention", "w_v of width d_k whatever d_v", CrossAttentionVWidthDK, ("d_model -> d_v",)),
-    Entry("shift_right", "shifted left", shift_left, ("shifted left instead of right",)),
-    Entry("shift_right", "length T+1 kept", shift_keeps_last, ("length T+1 instead of T",)),
-    Entry("shift_right", "torch.roll without overwriting", shift_roll, ("roll without overwriting",)),
-    Entry("shift_right", "zeros instead of start_id", shift_zero_start, ("start_id not prepended",)),
+          "queries taken from the encoder", "CrossAttention_forward"),
+    Entry("CrossAttention", "memory_mask ignored", CrossAttentionDropsMask, "memory mask ignored",
+          "CrossAttention_memory_mask"),
+    Entry("CrossAttention", "memory_mask inverted", CrossAttentionInvertedMask, "inverted memory mask",
+          "CrossAttention_memory_mask"),
+    Entry("CrossAttention", "memory used as the values", CrossAttentionRawValues, "values not projected",
+          "CrossAttention_forward"),
+    Entry("CrossAttention", "w_k and w_v swapped", CrossAttentionSwappedKV, "keys and values swapped",
+          "CrossAttention_forward"),
+    Entry("CrossAttention", "memory detached", CrossAttentionFrozenEncoder, GRAPH_CUT, "CrossAttention_gradients"),
+    Entry("CrossAttention", "no ValueError for mismatched batch sizes", CrossAttentionNoBatchCheck, NO_VALUE_ERROR,
+          "CrossAttention_errors"),
+    Entry("CrossAttention", "w_v of width d_k whatever d_v", CrossAttentionVWidthDK, "w_v of width d_k instead of d_v",
+          "CrossAttention_projections"),
+    Entry("CrossAttention", "projections always with bias", CrossAttentionAlwaysBias, "bias argument ignored",
+          "CrossAttention_projections"),
+    Entry("shift_right", "shifted left", shift_left, "shifted left instead of right", "shift_right_values"),
+    Entry("shift_right", "length T+1 kept", shift_keeps_last, "length T+1 instead of T", "shift_right_values"),
+    Entry("shift_right", "torch.roll without overwriting", shift_roll, "roll without overwriting the first column",
+          "shift_right_values"),
+    Entry("shift_right", "zeros instead of start_id", shift_zero_start, "start_id not prepended", "shift_right_values"),
     Entry("shift_right", "start_id written over the first token", shift_overwrites_first,
-          ("start_id written over the first token",)),
-    Entry("shift_right", "shifted along the batch axis", shift_batch_axis, ("shifted along the batch axis",)),
-    Entry("shift_right", "input modified in place", shift_in_place, ("in place",)),
-    Entry("shift_right", "int64 start column", shift_int64_start, ("dtype changed",)),
-    Entry("shift_right", "no ValueError for a 1-D tgt", shift_no_check, ("ValueError",)),
-    Entry("teacher_forcing_pair", "<end> after the padding", tf_end_after_padding,
-          ("`<end>` placed after the padding",)),
-    Entry("teacher_forcing_pair", "<end> missing", tf_no_end, ("`<end>` missing from tgt_out",)),
-    Entry("teacher_forcing_pair", "<start> in tgt_out", tf_shifts_both, ("`<start>` in tgt_out",)),
-    Entry("teacher_forcing_pair", "tgt_in and tgt_out swapped", tf_swapped, ("tgt_in and tgt_out swapped",)),
+          "start_id written over the first token", "shift_right_values"),
+    Entry("shift_right", "shifted along the batch axis", shift_batch_axis, "shifted along the batch axis",
+          "shift_right_values"),
+    # teacher_forcing_pair builds tgt_in by shifting a tensor it then reads tgt_out from: in a notebook, this
+    # shift_right leaves <start> in it.
+    Entry("shift_right", "input modified in place", shift_in_place, MODIFIED_IN_PLACE, "shift_right_contract",
+          also=("start token in tgt_out",)),
+    Entry("shift_right", "int64 start column", shift_int64_start, DTYPE_CHANGED, "shift_right_contract"),
+    Entry("shift_right", "no ValueError for a 1-D tgt", shift_no_check, NO_VALUE_ERROR, "shift_right_errors"),
+    Entry("teacher_forcing_pair", "<end> after the padding", tf_end_after_padding, "end token placed after the padding",
+          "teacher_forcing_pair_padding"),
+    Entry("teacher_forcing_pair", "<end> missing", tf_no_end, "end token missing from tgt_out",
+          "teacher_forcing_pair_example"),
+    Entry("teacher_forcing_pair", "<start> in tgt_out", tf_shifts_both, "start token in tgt_out",
+          "teacher_forcing_pair_example"),
+    Entry("teacher_forcing_pair", "tgt_in and tgt_out swapped", tf_swapped, "tgt_in and tgt_out swapped",
+          "teacher_forcing_pair_example"),
     Entry("teacher_forcing_pair", "<end> over the last real token", tf_end_over_last_token,
-          ("`<end>` written over the last real token",)),
+          "end token written over the last real token", "teacher_forcing_pair_example"),
     Entry("teacher_forcing_pair", "argmax of the first pad on a full row", tf_argmax_first_pad,
-          ("row without padding",)),
-    Entry("teacher_forcing_pair", "crash on an all-pad row", tf_loop_crashes_on_empty_rows, ("all-pad row",)),
-    Entry("teacher_forcing_pair", "pad_id assumed to be 0", tf_pad_zero, ("pad_id assumed to be 0",)),
-    Entry("teacher_forcing_pair", "<end> in tgt_in", tf_end_in_input, ("`<end>` in tgt_in",)),
-    Entry("teacher_forcing_pair", "int64 columns", tf_int64_columns, ("dtype changed",)),
-    Entry("teacher_forcing_pair", "no ValueError for a 1-D tgt", tf_no_check, ("ValueError",)),
-    Entry("sequence_cross_entropy", "averaged over the padding", ce_over_padding,
-          ("loss averaged over the padding too",)),
+          "row without padding mishandled", "teacher_forcing_pair_example"),
+    Entry("teacher_forcing_pair", "crash on an all-pad row", tf_loop_crashes_on_empty_rows, "all-pad row not handled",
+          "teacher_forcing_pair_padding"),
+    Entry("teacher_forcing_pair", "pad_id assumed to be 0", tf_pad_zero, "pad_id assumed to be 0",
+          "teacher_forcing_pair_padding"),
+    Entry("teacher_forcing_pair", "<end> in tgt_in", tf_end_in_input, "end token in tgt_in",
+          "teacher_forcing_pair_padding"),
+    Entry("teacher_forcing_pair", "int64 columns", tf_int64_columns, DTYPE_CHANGED, "teacher_forcing_pair_contract"),
+    Entry("teacher_forcing_pair", "no ValueError for a 1-D tgt", tf_no_check, NO_VALUE_ERROR,
+          "teacher_forcing_pair_errors"),
+    Entry("sequence_cross_entropy", "averaged over the padding", ce_over_padding, "loss averaged over the padding too",
+          "sequence_cross_entropy_ignores_pads"),
     Entry("sequence_cross_entropy", "pads zeroed but counted", ce_zeroed_pads_over_all,
-          ("loss averaged over the padding too",)),
-    Entry("sequence_cross_entropy", "last position only", ce_last_position, ("loss taken at the last position only",)),
-    Entry("sequence_cross_entropy", "summed", ce_summed, ("summed instead of averaged",)),
-    Entry("sequence_cross_entropy", "mean of per-sentence means", ce_per_sentence, ("mean of per-sentence means",)),
-    Entry("sequence_cross_entropy", "ignore_index=0", ce_pad_zero, ("pad_id assumed to be 0",)),
-    Entry("sequence_cross_entropy", "nll_loss on raw logits", ce_no_log_softmax, ("log_softmax missing",)),
-    Entry("sequence_cross_entropy", "classes on the last axis", ce_classes_last, ("classes on the wrong axis",)),
-    Entry("sequence_cross_entropy", "loss rebuilt with torch.tensor", ce_rebuilt_tensor, ("cut off from the graph",)),
-    Entry("sequence_cross_entropy", "targets modified in place", ce_targets_in_place, ("in place",)),
-    Entry("sequence_cross_entropy", "no ValueError naming the shapes", ce_no_check, ("ValueError should mention",)),
-    Entry("sequence_cross_entropy", "dtype changed to float32", ce_float32, ("keep the input's dtype",)),
+          "loss averaged over the padding too", "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "last position only", ce_last_position, "loss taken at the last position only",
+          "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "summed", ce_summed, "summed instead of averaged", "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "mean of per-sentence means", ce_per_sentence, "mean of per-sentence means",
+          "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "ignore_index=0", ce_pad_zero, "pad_id assumed to be 0",
+          "sequence_cross_entropy_ignores_pads"),
+    Entry("sequence_cross_entropy", "nll_loss on raw logits", ce_no_log_softmax, "log_softmax missing",
+          "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "classes on the last axis", ce_classes_last, "classes on the wrong axis",
+          "sequence_cross_entropy_values"),
+    Entry("sequence_cross_entropy", "loss rebuilt with torch.tensor", ce_rebuilt_tensor, GRAPH_CUT,
+          "sequence_cross_entropy_gradients"),
+    Entry("sequence_cross_entropy", "targets modified in place", ce_targets_in_place, MODIFIED_IN_PLACE,
+          "sequence_cross_entropy_gradients"),
+    Entry("sequence_cross_entropy", "no ValueError naming the shapes", ce_no_check, "ValueError without the shapes",
+          "sequence_cross_entropy_errors"),
+    Entry("sequence_cross_entropy", "dtype changed to float32", ce_float32, DTYPE_CHANGED,
+          "sequence_cross_entropy_gradients"),
 ]
 
 CORRECT = [
