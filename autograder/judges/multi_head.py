@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR, named
 from autograder.checks.core import Mistake, Observations, Raised, seeded
 from autograder.checks.multi_head import (
     _CHANGED_HEAD,
@@ -67,21 +68,29 @@ def _not_contiguous_hint(raised: Any) -> str:
 
 
 def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
-    """Only the shape of ``got``: a suspect of the same wrong shape names the mistake."""
+    """Only the shape of ``got``. A wrong shape is named by the suspect whose values it has, or else by the one
+    suspect of that shape, when only one has it (two mistakes of one shape are told apart by their values)."""
     if isinstance(got, Raised):
         raise Mistake(f"{what} {got.describe()}{_not_contiguous_hint(got)}")
     if not isinstance(got, Tensor):
-        raise Mistake(f"{what} should return a tensor of shape {expected}, got {got!r:.80}")
+        raise Mistake(f"{what} should return a tensor of shape {expected}, got a {type(got).__name__}")
     if tuple(got.shape) == expected:
         return
+    wrong = f"{what} has shape {tuple(got.shape)}, expected {expected}"
+    suspect = matching_suspect(got, suspects, atol=1e-5, rtol=1e-4)
+    if suspect is not None:
+        raise Mistake(f"{wrong}: {suspect.message}")
+    same_shape = []
     for suspect in suspects:
         try:
             candidate = suspect.produce()
         except Exception:  # a mistake that would crash here is not what happened
             continue
         if isinstance(candidate, Tensor) and tuple(candidate.shape) == tuple(got.shape):
-            raise Mistake(f"{what} has shape {tuple(got.shape)}, expected {expected}: {suspect.message}")
-    raise Mistake(f"{what} has shape {tuple(got.shape)}, expected {expected} ({hint})")
+            same_shape.append(suspect)
+    if len({s.message for s in same_shape}) == 1:
+        raise Mistake(f"{wrong}: {same_shape[0].message}")
+    raise Mistake(f"{wrong} — {hint}")
 
 
 # ================================================================ split_heads
@@ -112,7 +121,7 @@ def _judge_split_shape(obs: Observations) -> None:
     def one(out: Any, x: Tensor, n: int) -> None:
         b, t, d_model = x.shape
         _judge_shape(out, (b, n, t, d_model // n), _split_call(x, n), _split_suspects(x, n),
-                     "split_heads returns (B, n_heads, T, d_head)")
+                     "split_heads returns (B, n_heads, T, d_head), the head axis in front of the positions")
 
     judge_cases((out, lambda out, case=case: one(out, *case))
                 for case, out in zip(_SPLIT_CASES, obs["outs"], strict=True))
@@ -189,13 +198,19 @@ def _judge_roundtrip(obs: Observations) -> None:
                 for case, out in zip(_ROUNDTRIP_CASES, obs["outs"], strict=True))
 
 
+def _judge_merge_errors(obs: Observations) -> None:
+    what = "merge_heads(x (2, 7, 9)), which is not (B, n_heads, T, d_head),"
+    raised = obs["raised"]
+    if isinstance(raised, Raised) and raised.type == "ValueError" and "values to unpack" in raised.message:
+        raise Mistake(named(f"{what} {raised.describe()}, Python's own complaint about unpacking the shape, not a "
+                            f"check of yours — check x.dim() first and raise ValueError naming the shape",
+                            NO_VALUE_ERROR))
+    judge_value_error(raised, what, ("7", "9"))
+
+
 register("merge_heads_values", _judge_merge_values)
 register("merge_heads_roundtrip", _judge_roundtrip)
-register(
-    "merge_heads_errors",
-    lambda obs: judge_value_error(obs["raised"], "merge_heads(x (2, 7, 9)), which is not (B, n_heads, T, d_head),",
-                                  ("7", "9")),
-)
+register("merge_heads_errors", _judge_merge_errors)
 
 
 # ================================================================ MultiHeadAttention: reference and mistakes
@@ -253,7 +268,7 @@ def _mha_mistakes(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int,
         ("the values are projected from `key` — v = w_v(value) (values taken from key instead of value)",
          lambda: run(value_input="key")),
         ("the projections' biases are left out — call the nn.Linear layers themselves, or pass their bias "
-         "(bias ignored)", lambda: run(use_bias=False)),
+         "(projection biases left out)", lambda: run(use_bias=False)),
         ("the weights are averaged over the heads — return one attention matrix per head, "
          "(B, n_heads, T_q, T_k) (weights averaged over heads)", lambda: run(average=True)),
         ("q, k and v are viewed as (B, n_heads, T, d_head) without a transpose, which scrambles positions and "
@@ -298,7 +313,7 @@ def _pair(result: Any, what: str) -> tuple[Any, Any]:
     if isinstance(result, Raised):
         raise Mistake(f"{what} {result.describe()}{_not_contiguous_hint(result)}")
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
     return result
 
 
@@ -321,7 +336,7 @@ def _judge_projections(obs: Observations) -> None:
         if isinstance(obs[label], Raised):
             raise Mistake(f"{call} {obs[label].describe()}")
         if not obs[label]["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+            raise Mistake(f"{call} should be an nn.Module — subclass nn.Module and call super().__init__() first")
         for name in NAMES:
             facts = obs[label][name]
             if name == "w_o" and facts["type"] == "NoneType":
@@ -335,7 +350,7 @@ def _judge_projections(obs: Observations) -> None:
                               f"d_head = 6 rows")
             if facts["bias"] != bias:
                 raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
-                              f"nn.Linear (bias ignored)")
+                              f"nn.Linear (bias argument ignored)")
 
 
 def _judge_shapes(obs: Observations) -> None:
@@ -350,7 +365,7 @@ def _judge_shapes(obs: Observations) -> None:
                                           (out, 0, (b, t_q, d_model), "out")):
             suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
             _judge_shape(got, expected, f"`{name}` of {what}", suspects,
-                         "out is (B, T_q, d_model), weights (B, n_heads, T_q, T_k)")
+                         "out must be (B, T_q, d_model) and weights (B, n_heads, T_q, T_k), one matrix per head")
 
 
 register("MultiHeadAttention_projections", _judge_projections)
@@ -369,7 +384,7 @@ def _judge_values(cases: list[tuple]) -> Callable[[Observations], None]:
                           f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
                           f"(B, T_q, T_k) masks alike (mask broadcast onto the wrong axis)")
         p = _params(d_model, seed, bias)
-        hint = "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out = w_o(merged heads)"
+        hint = "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out is w_o of the merged heads"
         if mask is not None:
             hint += "; the same mask for every head, True = may attend"
         _judge_against(result, _mha(p, query, key, value, n, mask), _mha_mistakes(p, query, key, value, n, mask),
@@ -436,8 +451,9 @@ def _judge_heads(obs: Observations) -> None:
             suspect = matching_suspect(weights, [Suspect(m, lambda make=make: make()[1])
                                                  for m, make in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4) \
                 if isinstance(weights, Tensor) else None
-            raise Mistake(f"the weights of {what} have shape {shape}, expected one matrix per head "
-                          f"{(x.shape[0], n, x.shape[1], x.shape[1])}" + (f": {suspect.message}" if suspect else ""))
+            expected = (x.shape[0], n, x.shape[1], x.shape[1])
+            raise Mistake(f"the weights of {what} have shape {shape}, expected {expected}, one matrix per head"
+                          + (f": {suspect.message}" if suspect else ""))
     changed = [h for h in range(n) if not torch.allclose(before[:, h], after[:, h], atol=1e-6, rtol=1e-5)]
     if changed == [_CHANGED_HEAD]:
         return
@@ -464,7 +480,7 @@ def _tensors(result: Any, what: str, like: tuple[Any, Any] | None = None) -> tup
     out, weights = _pair(result, what)
     for got, name, i in ((out, "out", 0), (weights, "weights", 1)):
         if not isinstance(got, Tensor):
-            raise Mistake(f"{what}: `{name}` should be a tensor, got {got!r:.80}")
+            raise Mistake(f"{what}: `{name}` should be a tensor, got a {type(got).__name__}")
         if like is not None and got.shape != like[i].shape:
             raise Mistake(f"{what}: `{name}` has shape {tuple(got.shape)}, but {tuple(like[i].shape)} without "
                           f"dropout — dropout must not change the shapes")
@@ -531,16 +547,17 @@ def _judge_contract(obs: Observations) -> None:
     function = "MultiHeadAttention"
     if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
         names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(f"{function} modified its input {names} in place — use out-of-place operations "
-                      f"(`masked_fill`, not `masked_fill_`; `x = x * s`, not `x *= s`)")
+        raise Mistake(named(f"{function} modified its input {names} in place — use out-of-place operations: "
+                            f"`masked_fill`, not `masked_fill_`; `x = x * s`, not `x *= s`", MODIFIED_IN_PLACE))
     if obs["raised"] is not None:
         raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
     if obs["out_dtype"] != "torch.float64":
-        raise Mistake(f"{function} returned {obs['out_dtype']} for a float64 module and inputs — keep the input's "
-                      f"dtype (no `.float()`, no hard-coded `dtype=torch.float32`)")
+        raise Mistake(named(f"{function} returned {obs['out_dtype']} for a float64 module and inputs — keep the "
+                            f"input's dtype: no `.float()`, no hard-coded `dtype=torch.float32`", DTYPE_CHANGED))
     if not obs["requires_grad"]:
-        raise Mistake(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
-                      f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`")
+        raise Mistake(named(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid "
+                            f"`.detach()`, `.item()`, `.numpy()`, `torch.tensor(...)` of results and "
+                            f"`torch.no_grad()`", GRAPH_CUT))
     leaves = {name: t.detach().clone().requires_grad_(True) for name, t in _CONTRACT.items()}
     out = _contract_module(ref.MultiHeadAttention)(**leaves)[0]
     cotangent = seeded(*out.shape, seed=_CONTRACT_SEED, dtype=out.dtype)
@@ -549,9 +566,13 @@ def _judge_contract(obs: Observations) -> None:
         torch.allclose(obs["out"], out.detach(), atol=1e-9, rtol=1e-7)
     for name, want in zip(leaves, expected, strict=True):
         got = obs["grads"].get(name)
+        if got is None and not same_out:  # a wrong output that leaves an input out: the value checks name it
+            raise Mistake(f"no gradient reaches `{name}` through {function}: the output does not depend on it — "
+                          f"check that q, k and v are made from query, key and value, in that order")
         if got is None:
-            raise Mistake(f"no gradient reaches `{name}` through {function} — something detaches it (`.detach()`, "
-                          f"`.data`, `.item()`, `.numpy()`, or building a new tensor from results)")
+            raise Mistake(named(f"no gradient reaches `{name}` through {function} — something detaches it: "
+                                f"`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results",
+                                GRAPH_CUT))
         if same_out:  # a wrong output is named by the value checks; its gradient would only repeat them
             judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6)
     what = f"{function}(8, 2) in float64 with a padding mask (2, 1, 4) whose second row may attend nothing"
@@ -559,7 +580,7 @@ def _judge_contract(obs: Observations) -> None:
     if isinstance(grad, Raised):
         raise Mistake(f"{what}: forward and backward {grad.describe()}")
     if not isinstance(grad, Tensor):
-        raise Mistake(f"no gradient reaches x through {what} — something detaches it")
+        raise Mistake(named(f"no gradient reaches x through {what} — something detaches it", GRAPH_CUT))
     if torch.isnan(grad).any():
         raise Mistake(f"the gradient of {what} contains NaN: a query whose keys are all masked must give zeros in "
                       f"the backward pass too — fill the blocked scores with masked_fill before the softmax and "

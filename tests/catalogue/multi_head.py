@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, NO_VALUE_ERROR
 from catalogue import Entry
 from solutions.multi_head import merge_heads, split_heads
 
@@ -371,6 +372,39 @@ class MHAFloat32(_Heads):
         return self.w_o(merge_heads(weights @ v.float()).to(self.w_o.weight.dtype)).float(), weights
 
 
+
+class MHAInvertedMask(_Heads):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.qkv(query, key, value)
+        if mask is not None:
+            mask = ~mask.unsqueeze(-3)  # "True marks what to hide"
+        _, weights = attention(q, k, v, mask)
+        return self.finish(weights, v)
+
+
+class MHAValuesFromKey(_Heads):
+    def forward(self, query, key, value, mask=None):
+        self.check(query, key, value)
+        q = split_heads(self.w_q(query), self.n_heads)
+        k = split_heads(self.w_k(key), self.n_heads)
+        v = split_heads(self.w_v(key), self.n_heads)  # "keys and values come from the same memory"
+        _, weights = attention(q, k, v, _head_mask(mask))
+        return self.finish(weights, v)
+
+
+class MHANoDropout(_Heads):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.qkv(query, key, value)
+        _, weights = attention(q, k, v, _head_mask(mask))
+        return self.w_o(merge_heads(weights @ v)), weights  # self.dropout is built but never used
+
+
+class MHAWeightsBeforeDropout(_Heads):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.qkv(query, key, value)
+        _, weights = attention(q, k, v, _head_mask(mask))
+        return self.w_o(merge_heads(self.dropout(weights) @ v)), weights
+
 class MHALoop(_Heads):
     """One head at a time, on its own slice of the projections."""
 
@@ -452,45 +486,66 @@ class MHAUnflatten(_Heads):
 
 
 WRONG = [
-    Entry("split_heads", "view without transpose", split_view_no_transpose, ("view without transpose",)),
-    Entry("split_heads", "missing transpose", split_missing_transpose, ("missing transpose",)),
-    Entry("split_heads", "features interleaved across heads", split_interleaved,
-          ("features interleaved across heads",)),
-    Entry("split_heads", "positions split instead of features", split_positions, ("heads split on the wrong axis",)),
-    Entry("split_heads", "no ValueError for d_model % n_heads", split_no_check, ("raise ValueError",)),
-    Entry("merge_heads", "reshape without transposing back", merge_no_transpose, ("merged without transposing back",)),
-    Entry("merge_heads", "view of a transposed tensor", merge_view_not_contiguous,
-          ("view of a non-contiguous tensor",)),
-    Entry("merge_heads", "features interleaved across heads", merge_interleaved,
-          ("features interleaved across heads",)),
-    Entry("merge_heads", "heads summed", merge_summed, ("heads summed instead of concatenated",)),
+    Entry("split_heads", "view without transpose", split_view_no_transpose, "view without transpose",
+          "split_heads_values"),
+    # MultiHeadAttention, built on it, then views q, k and v as (B, n_heads, T, d_head) without a transpose
+    Entry("split_heads", "missing transpose", split_missing_transpose, "missing transpose", "split_heads_shape",
+          also=("view without transpose",)),
+    Entry("split_heads", "features interleaved across heads", split_interleaved, "features interleaved across heads",
+          "split_heads_values", also=("heads mixed",)),  # in MultiHeadAttention, built on it
+    Entry("split_heads", "positions split instead of features", split_positions, "heads split on the wrong axis",
+          "split_heads_shape"),
+    Entry("split_heads", "no ValueError for d_model % n_heads", split_no_check, NO_VALUE_ERROR, "split_heads_errors"),
+    Entry("merge_heads", "reshape without transposing back", merge_no_transpose, "merged without transposing back",
+          "merge_heads_values"),
+    Entry("merge_heads", "view of a transposed tensor", merge_view_not_contiguous, "view of a non-contiguous tensor",
+          "merge_heads_values"),
+    Entry("merge_heads", "features interleaved across heads", merge_interleaved, "features interleaved across heads",
+          "merge_heads_values"),
+    Entry("merge_heads", "heads summed", merge_summed, "heads summed instead of concatenated", "merge_heads_values"),
     Entry("merge_heads", "heads concatenated along the positions", merge_along_positions,
-          ("heads concatenated along the positions",)),
-    Entry("merge_heads", "heads not flattened", merge_not_flattened, ("heads not flattened",)),
-    Entry("merge_heads", "no ValueError naming the shape", merge_no_check, ("ValueError should mention",)),
-    Entry("MultiHeadAttention", "no output projection", MHANoOutputProjection, ("no output projection w_o",)),
-    Entry("MultiHeadAttention", "scaled by √d_model", MHAScaledByDModel,
-          ("scaled by √d_model instead of √d_head",)),
-    Entry("MultiHeadAttention", "mask unsqueeze(-1)", MHAMaskLastAxis, ("mask broadcast onto the wrong axis",)),
-    Entry("MultiHeadAttention", "mask unsqueeze(2)", MHAMaskDim2, ("mask broadcast onto the wrong axis",)),
+          "heads concatenated along the positions", "merge_heads_values"),
+    Entry("merge_heads", "heads not flattened", merge_not_flattened, "heads not flattened", "merge_heads_values"),
+    Entry("merge_heads", "no ValueError naming the shape", merge_no_check, NO_VALUE_ERROR, "merge_heads_errors"),
+    Entry("MultiHeadAttention", "no output projection", MHANoOutputProjection, "no output projection w_o",
+          "MultiHeadAttention_projections"),
+    Entry("MultiHeadAttention", "scaled by √d_model", MHAScaledByDModel, "scaled by √d_model instead of √d_head",
+          "MultiHeadAttention_forward"),
+    Entry("MultiHeadAttention", "mask unsqueeze(-1)", MHAMaskLastAxis, "mask broadcast onto the wrong axis",
+          "MultiHeadAttention_mask"),
+    Entry("MultiHeadAttention", "mask unsqueeze(2)", MHAMaskDim2, "mask broadcast onto the wrong axis",
+          "MultiHeadAttention_mask"),
     Entry("MultiHeadAttention", "mask unsqueeze(1) whatever its rank", MHAMaskDim1,
-          ("mask broadcast onto the wrong axis",)),
-    Entry("MultiHeadAttention", "weights averaged over heads", MHAAveragedWeights,
-          ("weights averaged over heads",)),
-    Entry("MultiHeadAttention", "mask ignored", MHAMaskIgnored, ("mask ignored",)),
-    Entry("MultiHeadAttention", "w_k used for the values", MHAValuesWithWk, ("w_k used for the values",)),
-    Entry("MultiHeadAttention", "dropout in eval mode", MHADropoutInEval, ("dropout applied in eval mode",)),
+          "mask broadcast onto the wrong axis", "MultiHeadAttention_mask"),
+    Entry("MultiHeadAttention", "weights averaged over heads", MHAAveragedWeights, "weights averaged over heads",
+          "MultiHeadAttention_shapes"),
+    Entry("MultiHeadAttention", "mask ignored", MHAMaskIgnored, "mask ignored", "MultiHeadAttention_mask"),
+    Entry("MultiHeadAttention", "w_k used for the values", MHAValuesWithWk, "w_k used for the values",
+          "MultiHeadAttention_forward"),
+    Entry("MultiHeadAttention", "dropout in eval mode", MHADropoutInEval, "dropout applied in eval mode",
+          "MultiHeadAttention_dropout"),
     Entry("MultiHeadAttention", "dropout on the output", MHADropoutOnOutput,
-          ("dropout on the output instead of the weights",)),
-    Entry("MultiHeadAttention", "bias argument ignored", MHABiasIgnored, ("bias ignored",)),
-    Entry("MultiHeadAttention", "biases left out of the projections", MHALinearWithoutBias, ("bias ignored",)),
-    Entry("MultiHeadAttention", "no ValueError for d_model % n_heads", MHANoDivisibilityCheck,
-          ("should raise ValueError",)),
-    Entry("MultiHeadAttention", "view without transpose", MHAViewWithoutTranspose, ("view without transpose",)),
-    Entry("MultiHeadAttention", "a single head of width d_model", MHASingleHead, ("heads not split",)),
-    Entry("MultiHeadAttention", "NaN on fully masked rows", MHANaNOnEmptyRows, ("NaN on fully masked rows",)),
-    Entry("MultiHeadAttention", "key and value detached", MHADetached, ("no gradient reaches `key`",)),
-    Entry("MultiHeadAttention", "float32 forced", MHAFloat32, ("keep the input's dtype",)),
+          "dropout on the output instead of the weights", "MultiHeadAttention_dropout"),
+    Entry("MultiHeadAttention", "bias argument ignored", MHABiasIgnored, "bias argument ignored",
+          "MultiHeadAttention_projections"),
+    Entry("MultiHeadAttention", "biases left out of the projections", MHALinearWithoutBias,
+          "projection biases left out", "MultiHeadAttention_forward"),
+    Entry("MultiHeadAttention", "no ValueError for d_model % n_heads", MHANoDivisibilityCheck, NO_VALUE_ERROR,
+          "MultiHeadAttention_errors"),
+    Entry("MultiHeadAttention", "view without transpose", MHAViewWithoutTranspose, "view without transpose",
+          "MultiHeadAttention_forward"),
+    Entry("MultiHeadAttention", "a single head of width d_model", MHASingleHead, "heads not split",
+          "MultiHeadAttention_shapes", also=("dropout ignored",)),
+    Entry("MultiHeadAttention", "NaN on fully masked rows", MHANaNOnEmptyRows, "NaN on fully masked rows",
+          "MultiHeadAttention_mask", also=("NaN gradient on fully masked rows",)),
+    Entry("MultiHeadAttention", "key and value detached", MHADetached, GRAPH_CUT, "MultiHeadAttention_contract"),
+    Entry("MultiHeadAttention", "float32 forced", MHAFloat32, DTYPE_CHANGED, "MultiHeadAttention_contract"),
+    Entry("MultiHeadAttention", "mask inverted", MHAInvertedMask, "inverted mask", "MultiHeadAttention_mask"),
+    Entry("MultiHeadAttention", "values projected from key", MHAValuesFromKey, "values taken from key instead of value",
+          "MultiHeadAttention_forward"),
+    Entry("MultiHeadAttention", "dropout never applied", MHANoDropout, "dropout ignored", "MultiHeadAttention_dropout"),
+    Entry("MultiHeadAttention", "weights returned before dropout", MHAWeightsBeforeDropout,
+          "weights returned before dropout", "MultiHeadAttention_dropout"),
 ]
 
 CORRECT = [
