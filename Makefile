@@ -26,8 +26,9 @@ grade: $(STAMP)  ## grade a class: make grade ASSIGNMENT=01_self_attention SUBMI
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [OUT=dir]"; exit 2; }
 	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) $(if $(OUT),--out $(OUT))
 
-release: book  ## the student bundle: make release OUT=DIR (built book, notebooks, helper package; leak-scanned)
-	$(BIN)/python -m autograder bundle $(or $(OUT),release)
+release: book  ## the public student repository: make release OUT=DIR [STUDENT_REPOSITORY=URL] (see book/instructor.md)
+	$(BIN)/python -m autograder bundle $(or $(OUT),release) \
+		$(if $(STUDENT_REPOSITORY),--student-repository $(STUDENT_REPOSITORY))
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

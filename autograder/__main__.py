@@ -10,8 +10,9 @@
   it writes only ``OUT/changes.csv``, whose score would change and which test cells cause it
   (see ``autograder.batch``).
 - ``selftest [ASSIGNMENT ...]``: the same two steps alone, for every assignment (default) or those named.
-- ``bundle OUT``: write the student bundle (built book, notebooks, helper package), leak-scanned
-  (see ``autograder.bundle``).
+- ``bundle OUT``: write the public student repository (built book, notebooks, helper package, Binder's
+  set-up), its buttons naming ``--student-repository`` (default: ``student_repository`` in ``_config.yml``),
+  leak-scanned (see ``autograder.bundle``).
 """
 
 from __future__ import annotations
@@ -40,15 +41,18 @@ def _release(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _bundle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from autograder.bundle import make_bundle
+    from autograder.bundle import make_bundle, repositories
 
     try:
-        entries = make_bundle(args.out, args.html)
+        repos = repositories(args.student_repository)
+        entries = make_bundle(args.out, args.html, args.student_repository)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"student bundle written to {args.out}: {', '.join(p.name for p in entries if not p.name.startswith('.'))}"
-          "\nleak scan: no solution or hidden-test text found")
+    print(f"student repository written to {args.out}: "
+          f"{', '.join(p.name for p in entries if not p.name.startswith('.'))}"
+          f"\nits site's repository and launch buttons name {repos.student_url} (branch {repos.branch})"
+          "\nleak scan: no solution or hidden-test text, no mention of the course repository")
     return 0
 
 
@@ -291,9 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
                                    "sandbox (what grade does before anyone else)")
     selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
-    bundle = commands.add_parser("bundle", help="write the student bundle (built book, notebooks, helpers)")
-    bundle.add_argument("out", type=Path, help="folder to write (empty, or a bundle made earlier)")
+    bundle = commands.add_parser("bundle", help="write the public student repository (built book, notebooks, "
+                                 "helpers, Binder's set-up)")
+    bundle.add_argument("out", type=Path, help="folder to write (empty, a clone of the student repository holding "
+                        "only .git, or a bundle made earlier: all but its .git is replaced)")
     bundle.add_argument("--html", type=Path, default=Path("_build/html"), help="the built book (default _build/html)")
+    bundle.add_argument("--student-repository", metavar="URL", help="the public student repository "
+                        "(https://github.com/OWNER/NAME) that the site's repository and launch buttons name "
+                        "(default: student_repository in _config.yml)")
     for command in (grade, selftest):  # the sandbox and its limits, the same for both
         # one more than the cores: a worker spends part of each notebook waiting on its kernel (start-up, replies)
         command.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1,

@@ -1,5 +1,6 @@
-"""`make release OUT=DIR`: the student bundle holds the book, the notebooks and the helper package, and no
-solution or hidden-test text (with controls that plant each kind of leak and see it caught)."""
+"""`make release OUT=DIR`: the public student repository holds the book, the notebooks and the helper package,
+and no solution or hidden-test text (with controls that plant each kind of leak and see it caught); its site's
+repository and launch buttons name the student repository, never the course's."""
 
 from __future__ import annotations
 
@@ -8,15 +9,23 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 
 import nbformat
 import pytest
+import yaml
+from book_site import toc_files
 from learner_env import fresh_env, run_cells, run_python
 from notebook_grading import ASSIGNMENTS, nbgrader_meta, solution_cells, source_notebook
 
-from autograder.bundle import MARKER, check_bundle, make_bundle
+from autograder.bundle import MARKER, check_bundle, launch_targets, make_bundle, repositories, retarget
 from autograder.leaks import all_secrets
 from autograder.release import NOTEBOOKS, REPO_ROOT
+
+CONFIG = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())
+COURSE = CONFIG["repository"]["url"].removeprefix("https://github.com/").strip("/")
+STUDENT = CONFIG["student_repository"].removeprefix("https://github.com/").strip("/")
+BRANCH = CONFIG["repository"]["branch"]
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +37,23 @@ def bundle(built_html, tmp_path_factory):
 
 def test_the_bundle_has_the_book_the_notebooks_and_the_helpers(bundle) -> None:
     names = {p.name for p in bundle.iterdir()}
-    assert {"book", "notebooks", "attention_course", "README.md", "requirements.txt", "pyproject.toml"} <= names
-    assert (bundle / "book" / "index.html").is_file() and (bundle / "book" / "_static" / "mathjax").is_dir()
+    assert {"docs", "book", "notebooks", "attention_course", "binder", "README.md", "requirements.txt",
+            "pyproject.toml", ".gitignore"} <= names
+    assert (bundle / "docs" / "index.html").is_file() and (bundle / "docs" / "_static" / "mathjax").is_dir()
+    assert (bundle / "docs" / ".nojekyll").is_file(), "GitHub Pages would hide docs/_static"
     released = sorted(p.relative_to(NOTEBOOKS) for p in NOTEBOOKS.rglob("*.ipynb"))
     assert len(released) == 6 and released == sorted(p.relative_to(bundle / "notebooks")
                                                      for p in (bundle / "notebooks").rglob("*.ipynb"))
-    for path in released:
-        assert filecmp.cmp(NOTEBOOKS / path, bundle / "notebooks" / path, shallow=False), f"{path} differs"
+    for path in released:  # as released, less any link to the course repository
+        expected = retarget((NOTEBOOKS / path).read_text(), COURSE, STUDENT)
+        assert (bundle / "notebooks" / path).read_text() == expected, f"{path} differs"
+    chapters = sorted(p.relative_to(bundle).as_posix() for p in (bundle / "book").rglob("*.ipynb"))
+    assert chapters == sorted(f"{page}.ipynb" for page in toc_files()
+                              if page.startswith("book/") and (REPO_ROOT / f"{page}.ipynb").is_file())
+    for chapter in chapters:
+        assert filecmp.cmp(REPO_ROOT / chapter, bundle / chapter, shallow=False), f"{chapter} differs"
+        for figure in re.findall(r"images/[\w.-]+\.(?:svg|png|jpe?g|gif)", (bundle / chapter).read_text()):
+            assert (bundle / "book" / figure).is_file(), f"{chapter} shows {figure}, which the bundle lacks"
     assert "-e ." in (bundle / "requirements.txt").read_text().splitlines()
 
 
@@ -76,9 +95,10 @@ def _imports(python, cwd, **env) -> dict:
 
 
 def test_the_bundle_alone_gives_the_helpers_and_no_solutions(bundle, learner) -> None:
-    found = _imports(learner, bundle / "notebooks" / "01_self_attention")
-    assert found["attention_course.testing"] and found["attention_course.testing"].startswith(str(bundle)), found
-    assert found["solutions"] is None and found["autograder"] is None, f"the learner's kernel can import {found}"
+    for folder in ("notebooks/01_self_attention", "book"):
+        found = _imports(learner, bundle / folder)
+        assert found["attention_course.testing"] and found["attention_course.testing"].startswith(str(bundle)), found
+        assert found["solutions"] is None and found["autograder"] is None, f"the learner's kernel can import {found}"
 
 
 @pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
@@ -128,23 +148,29 @@ def test_binder_installs_the_helpers_and_no_solutions(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("plant", ["solution line in a page", "hidden-test marker in a notebook",
-                                   "solution line in a MathJax file", "a solutions folder", "a gradebook"])
+                                   "solution line in a MathJax file", "a solutions folder", "a gradebook",
+                                   "a link to the course repository", "a launch button to a missing notebook"])
 def test_the_bundle_check_catches_a_planted_leak(bundle, tmp_path, plant) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("mathjax"))
     secrets = all_secrets()
     if plant == "solution line in a page":
         line = sorted(s for s in secrets if "masked_fill" in s)[0]
-        page = copy / "book" / "book" / "intro.html"
+        page = copy / "docs" / "book" / "intro.html"
         page.write_text(page.read_text() + f"<pre><span>{line[:12]}</span>{line[12:]}</pre>")
     elif plant == "hidden-test marker in a notebook":
         notebook = next((copy / "notebooks").rglob("*.ipynb"))
         notebook.write_text(notebook.read_text().replace("YOUR CODE HERE", "BEGIN HIDDEN TESTS", 1))
     elif plant == "solution line in a MathJax file":  # the scan skips MathJax only while it is the package's own
         line = sorted(s for s in secrets if "masked_fill" in s)[0]
-        script = bundle / "book" / "_static" / "mathjax" / "tex-chtml.js"
-        (copy / "book" / "_static" / "mathjax").mkdir(parents=True)
-        (copy / "book" / "_static" / "mathjax" / "tex-chtml.js").write_bytes(script.read_bytes() + line.encode())
+        script = bundle / "docs" / "_static" / "mathjax" / "tex-chtml.js"
+        (copy / "docs" / "_static" / "mathjax").mkdir(parents=True)
+        (copy / "docs" / "_static" / "mathjax" / "tex-chtml.js").write_bytes(script.read_bytes() + line.encode())
+    elif plant == "a link to the course repository":
+        page = copy / "docs" / "book" / "glossary.html"
+        page.write_text(page.read_text().replace("</body>", f'<a href="https://github.com/{COURSE}">code</a></body>'))
+    elif plant == "a launch button to a missing notebook":
+        (copy / "book" / "01_self_attention.ipynb").unlink()
     elif plant == "a solutions folder":
         (copy / "solutions").mkdir()
         (copy / "solutions" / "__init__.py").write_text("")
@@ -179,3 +205,151 @@ def test_make_release_builds_the_book_then_the_bundle() -> None:
     build = next(i for i, line in enumerate(lines) if "jupyter-book build" in line)
     bundle = next(i for i, line in enumerate(lines) if "-m autograder bundle /tmp/students" in line)
     assert build < bundle, run.stdout
+
+
+def test_the_sites_buttons_name_the_student_repository(bundle) -> None:
+    """Every page's repository button, and every notebook page's Binder and Colab buttons, open the student
+    repository, where the notebook they launch is; no file of the bundle names the course repository."""
+    buttons = CONFIG["launch_buttons"]
+    for page in toc_files():
+        html = (bundle / "docs" / f"{page}.html").read_text()
+        assert f'href="https://github.com/{STUDENT}"' in html, f"{page}: no repository button to {STUDENT}"
+        if (REPO_ROOT / f"{page}.ipynb").is_file():
+            colab = f'{buttons["colab_url"]}/github/{STUDENT}/blob/{BRANCH}/{page}.ipynb'
+            binder = f'{buttons["binderhub_url"]}/v2/gh/{STUDENT}/{BRANCH}?urlpath=lab/tree/{page}.ipynb'
+            assert f'href="{colab}"' in html, f"{page}: no Colab button opening {colab}"
+            assert f'href="{binder}"' in html, f"{page}: no Binder button opening {binder}"
+            assert launch_targets(html) == {f"{page}.ipynb"} and (bundle / f"{page}.ipynb").is_file(), page
+    assert COURSE.lower() not in STUDENT.lower(), "choose a student repository whose name does not hold the course's"
+    named = [p for p in bundle.rglob("*") if p.is_file() and COURSE.lower() in p.read_bytes().decode(
+        errors="replace").lower()]
+    assert not named, f"the bundle names the course repository {COURSE} in {named[:5]}"
+
+
+def test_the_student_repositorys_binder_installs_its_helpers_only(bundle) -> None:
+    """Binder builds the student repository from its binder/: the course's Binder pins and `-e .`, which is safe
+    there because its pyproject packages attention_course alone and it holds no solutions or grader."""
+    lines = _requirement_lines(bundle / "binder" / "requirements.txt")
+    local = [line for line in lines if line.startswith(("-e", "--editable", ".", "/", "file:"))
+             or not line.startswith("-") and "://" in line]  # index options (--extra-index-url URL) are not
+    assert local == ["-e ."], f"the student repository's Binder installs {local}"
+    course = [line for line in _requirement_lines(REPO_ROOT / "binder" / "requirements.txt")]
+    assert [line for line in lines if line not in local] == course, "the student Binder's pins differ from the course's"
+    packages = re.findall(r"^packages\s*=\s*(.*)$", (bundle / "pyproject.toml").read_text(), re.M)
+    assert packages == ['["attention_course"]'], f"the student repository's pyproject installs {packages}"
+    assert not (bundle / "solutions").exists() and not (bundle / "autograder").exists()
+
+
+# Fast: a fake built site whose pages carry the buttons as sphinx-book-theme renders them, for the course repository.
+
+def _buttons(repo: str, page: str | None) -> str:
+    launch = "" if page is None else (
+        f'<li><a href="https://mybinder.org/v2/gh/{repo}/{BRANCH}?urlpath=lab/tree/{page}.ipynb" target="_blank"\n'
+        f'   class="btn btn-sm dropdown-item" title="Launch on Binder">Binder</a></li>\n'
+        f'<li><a href="https://colab.research.google.com/github/{repo}/blob/{BRANCH}/{page}.ipynb" target="_blank"\n'
+        f'   class="btn btn-sm dropdown-item" title="Launch on Colab">Colab</a></li>\n')
+    return (f'<html><body>{launch}<a href="https://github.com/{repo}" target="_blank"\n'
+            f'   class="btn btn-sm btn-source-repository-button" title="Source repository">repo</a></body></html>')
+
+
+@pytest.fixture
+def fake_site(tmp_path):
+    html = tmp_path / "html"
+    (html / "book").mkdir(parents=True)
+    (html / "index.html").write_text('<meta http-equiv="Refresh" content="0; url=book/intro.html" />')
+    for page in toc_files():
+        notebook = (REPO_ROOT / f"{page}.ipynb").is_file()
+        (html / f"{page}.html").parent.mkdir(parents=True, exist_ok=True)
+        (html / f"{page}.html").write_text(_buttons(COURSE, page if notebook else None))
+    return html
+
+
+def test_retarget_rewrites_links_to_the_course_repository_and_nothing_else() -> None:
+    course, student = "Course-Org/attn", "uni/attn-2026"
+    assert retarget(_buttons(course, "book/01_x"), course, student) == _buttons(student, "book/01_x")
+    kept = ["https://github.com/course-org/attn-extras", "https://github.com/other/attn", "course-org/attn in words",
+            "https://github.com/xcourse-org/attn", "https://github.com/course-org/attn.github.io"]
+    for text in kept:
+        assert retarget(text, course, student) == text, text
+    rewritten = {"https://github.com/course-org/attn.git": "https://github.com/uni/attn-2026.git",
+                 "git+https://github.com/Course-Org/ATTN@main#egg=x": "git+https://github.com/uni/attn-2026@main#egg=x",
+                 "https://github.com/course-org/attn/issues/new?title=x": "https://github.com/uni/attn-2026/issues/new?"
+                                                                         "title=x",
+                 "hub/git-pull?repo=https%3A%2F%2Fgithub.com%2Fcourse-org%2Fattn&urlpath=lab":
+                     "hub/git-pull?repo=https%3A%2F%2Fgithub.com%2Funi%2Fattn-2026&urlpath=lab",
+                 "https://github.com/course-org/attn.": "https://github.com/uni/attn-2026."}
+    for text, expected in rewritten.items():
+        assert retarget(text, course, student) == expected, text
+    named_after = "course-org/attn-students"  # holds the course's name: a second pass must change nothing
+    once = retarget("https://github.com/course-org/attn", course, named_after)
+    assert once == f"https://github.com/{named_after}" and retarget(once, course, named_after) == once
+
+
+def test_a_bundle_of_a_site_names_only_the_student_repository(fake_site, tmp_path) -> None:
+    student = "uni-example/attention-2026"
+    make_bundle(tmp_path / "students", fake_site, f"https://github.com/{student}/")
+    for page in toc_files():
+        html = (tmp_path / "students" / "docs" / f"{page}.html").read_text()
+        notebook = (REPO_ROOT / f"{page}.ipynb").is_file()
+        assert html == _buttons(student, page if notebook else None), f"{page}: {html}"
+        for target in launch_targets(html):
+            assert (tmp_path / "students" / target).is_file(), f"{page} launches {target}, which is not there"
+    for path in (tmp_path / "students").rglob("*"):
+        if path.is_file() and "mathjax" not in path.parts:
+            assert COURSE.lower() not in path.read_bytes().decode(errors="replace").lower(), path
+    readme = (tmp_path / "students" / "README.md").read_text()
+    assert f"https://mybinder.org/v2/gh/{student}/{BRANCH}?urlpath=lab/tree/notebooks" in readme
+
+
+COURSE_URL = f"https://github.com/{COURSE}"
+
+
+@pytest.mark.parametrize("value", [None, "", "github.com/uni/attention", "https://gitlab.com/uni/attention",
+                                   "https://github.com/uni", "https://github.com/uni/attention/tree/main",
+                                   "https://github.com/uni/attention extra", 42, COURSE_URL,
+                                   f"https://github.com/{COURSE.upper()}/"])
+def test_a_misconfigured_student_repository_is_refused_naming_the_setting(fake_site, tmp_path, value) -> None:
+    config = dict(CONFIG)
+    if value is None:
+        del config["student_repository"]
+    else:
+        config["student_repository"] = value
+    path = tmp_path / "_config.yml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "students"
+    with pytest.raises(ValueError, match="^student_repository (in _config.yml )?(is|must)") as raised:
+        make_bundle(out, fake_site, config=path)
+    if value in (None, ""):
+        assert "is not set" in str(raised.value)
+    elif str(value).lower().rstrip("/") == COURSE_URL.lower():
+        assert "is the course repository itself" in str(raised.value)
+    else:
+        assert f"not {value!r}" in str(raised.value), raised.value
+    assert not out.exists(), "a refused bundle wrote its folder"
+
+
+def test_the_command_names_the_option_it_refuses(fake_site, tmp_path) -> None:
+    out = tmp_path / "students"
+    for value in ("https://example.org/uni/attention", COURSE_URL + ".git"):
+        run = subprocess.run([sys.executable, "-m", "autograder", "bundle", str(out), "--html", str(fake_site),
+                              "--student-repository", value], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert run.returncode == 2 and "error: --student-repository" in run.stderr, run.stderr
+        assert not out.exists()
+    assert repositories("https://github.com/uni/attention.git").student == "uni/attention"
+
+
+def test_a_clone_of_the_student_repository_keeps_its_history(fake_site, tmp_path) -> None:
+    clone = tmp_path / "clone"
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    make_bundle(clone, fake_site)  # an empty clone counts as empty
+    (clone / "notebooks" / "stale.ipynb").write_text("{}")
+    make_bundle(clone, fake_site)  # and the next term's bundle replaces all of it but the history
+    assert (clone / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert (clone / MARKER).is_file() and not (clone / "notebooks" / "stale.ipynb").exists()
+    foreign = tmp_path / "foreign"
+    (foreign / ".git").mkdir(parents=True)
+    (foreign / "thesis.tex").write_text("precious")
+    with pytest.raises(ValueError, match="not a bundle made by this command"):
+        make_bundle(foreign, fake_site)
+    assert (foreign / "thesis.tex").read_text() == "precious"
