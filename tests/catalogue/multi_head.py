@@ -405,6 +405,16 @@ class MHAWeightsBeforeDropout(_Heads):
         _, weights = attention(q, k, v, _head_mask(mask))
         return self.w_o(merge_heads(self.dropout(weights) @ v)), weights
 
+
+class MHAHelperOutput(_Heads):
+    """Follows "use the given attention" for `out` and "return the weights after dropout" for the weights."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.qkv(query, key, value)
+        heads, weights = attention(q, k, v, _head_mask(mask))  # heads: computed without dropout
+        return self.w_o(merge_heads(heads)), self.dropout(weights)
+
+
 class MHALoop(_Heads):
     """One head at a time, on its own slice of the projections."""
 
@@ -546,6 +556,8 @@ WRONG = [
     Entry("MultiHeadAttention", "dropout never applied", MHANoDropout, "dropout ignored", "MultiHeadAttention_dropout"),
     Entry("MultiHeadAttention", "weights returned before dropout", MHAWeightsBeforeDropout,
           "weights returned before dropout", "MultiHeadAttention_dropout"),
+    Entry("MultiHeadAttention", "the helper's out with dropped weights", MHAHelperOutput,
+          "output not computed from the dropped weights", "MultiHeadAttention_dropout"),
 ]
 
 CORRECT = [
