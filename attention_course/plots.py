@@ -26,21 +26,34 @@ def plot_attention(
     annotate: bool | None = None,
     cmap: str = "viridis",
     colorbar: bool = True,
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
 ) -> Axes:
     """Heatmap of a ``(T_q, T_k)`` weight (or score) matrix: a row per query, a column per key.
 
-    ``annotate`` writes each value in its cell (default: when the matrix is at
-    most 10×10). ``-inf`` entries are drawn blank and labelled ``-inf``.
+    Weights are drawn on a fixed colour scale from ``vmin=0`` to ``vmax=1``, so that one colour means one
+    weight in every figure of the course. To draw scores, which are not confined to [0, 1], pass
+    ``vmin=None, vmax=None`` (the scale then spans the finite values); a value outside a fixed scale is an
+    error, not a silently clipped colour. ``annotate`` writes each value in its cell (default: when the
+    matrix is at most 10×10). ``-inf`` entries are drawn blank and labelled ``-inf``.
     """
     a = _as_2d(weights, "weights")
     t_q, t_k = a.shape
     for labels, n, name in ((queries, t_q, "queries"), (keys, t_k, "keys")):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{len(labels)} {name} labels for an axis of length {n}")
+    finite = a[np.isfinite(a)]
+    if vmin is not None and vmax is not None and not vmin < vmax:
+        raise ValueError(f"the colour scale needs vmin < vmax, got vmin={vmin}, vmax={vmax}")
+    tolerance = 1e-6  # float32 rounding: a softmax row can hold 1.0000001
+    if finite.size and ((vmin is not None and finite.min() < vmin - tolerance)
+                        or (vmax is not None and finite.max() > vmax + tolerance)):
+        raise ValueError(f"values from {finite.min():.3g} to {finite.max():.3g} do not fit the fixed colour scale "
+                         f"[{vmin}, {vmax}]; weights lie in [0, 1], and scores need vmin=None, vmax=None")
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.55 * t_k, 0.8 + 0.5 * t_q))
     shown = np.ma.masked_invalid(np.where(np.isneginf(a), np.nan, a))
-    image = ax.imshow(shown, cmap=cmap, aspect="auto")
+    image = ax.imshow(shown, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
     ax.set_xticks(range(t_k), list(keys) if keys is not None else range(t_k), rotation=45, ha="right")
     ax.set_yticks(range(t_q), list(queries) if queries is not None else range(t_q))
     ax.set_xlabel("key (attended to)")
@@ -48,16 +61,22 @@ def plot_attention(
     if title:
         ax.set_title(title)
     if annotate if annotate is not None else max(t_q, t_k) <= 10:
-        finite = a[np.isfinite(a)]
-        middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
         for i in range(t_q):
             for j in range(t_k):
                 text = "-inf" if np.isneginf(a[i, j]) else f"{a[i, j]:.2f}"
-                colour = "white" if not np.isfinite(a[i, j]) or a[i, j] < middle else "black"
-                ax.text(j, i, text, ha="center", va="center", fontsize=8, color=colour)
+                ax.text(j, i, text, ha="center", va="center", fontsize=8, color=_ink_on(image, a[i, j]))
     if colorbar:
         ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     return ax
+
+
+def _ink_on(image, value: float) -> str:
+    """Black or white, whichever reads better on the cell colour of ``value``; blank (``-inf``) cells show the
+    white background, so their label is black."""
+    if not np.isfinite(value):
+        return "black"
+    red, green, blue, _ = image.cmap(image.norm(value))
+    return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
 
 
 def plot_mask(mask: torch.Tensor | np.ndarray, ax: Axes | None = None, title: str | None = None) -> Axes:
