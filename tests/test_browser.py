@@ -3,7 +3,10 @@
 The book is built once for the session (``built_html``), served on localhost, and every page of
 ``_toc.yml`` is visited: it must load without a console error, its maths must be typeset by MathJax (no raw
 ``$$`` or ``\\(`` left on the page), every image must load and every internal link must resolve. A search for
-"mask" must find the masking chapter. Screenshots of a few pages are kept as test artifacts under
+"mask" must find the masking chapter. Every page is audited for accessibility with axe-core 4 (its axe.min.js ships
+inside the axe-core-python wheel, so nothing is downloaded) against the WCAG 2.0 and 2.1 A and AA rules, once in the
+light and once in the dark colour mode, and every figure of the content must have a text alternative that says
+something (not a file name or a hash). Screenshots of a few pages are kept as test artifacts under
 ``$TEST_ARTIFACTS`` (default ``_build/test-artifacts``).
 
 Chromium and chromedriver come from Debian (``apt-get install chromium chromium-driver``; ``.ci/run`` does it).
@@ -34,11 +37,20 @@ ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", REPO_ROOT / "_build" / "test-a
 SCREENSHOTS = {"home": "book/intro.html", "chapter-1": "book/01_self_attention.html",
                "exercises-2": "notebooks/02_causal_masking/masking.html", "notation": "book/notation.html"}
 
-# Waits for the page, then for MathJax (when the page loads it) to finish typesetting; returns what the checks
-# need. Text inside code blocks is left out of the raw-maths check: a `$` in code is code, not maths.
-INSPECT = """
+# Waits for the page, then for MathJax (when the page loads it) to finish typesetting, then calls `report`.
+SETTLE = """
 const done = arguments[arguments.length - 1];
-const report = () => {
+const settle = (report) => {
+  const go = () => (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise)
+    ? window.MathJax.startup.promise.then(report, e => done({error: String(e)})) : report();
+  if (document.readyState === 'complete') go(); else window.addEventListener('load', go);
+};
+"""
+
+# Returns what the checks need once the page has settled. Text inside code blocks is left out of the raw-maths
+# check: a `$` in code is code, not maths.
+INSPECT = SETTLE + """
+settle(() => {
   const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, mjx-container, .MathJax').forEach(n => n.remove());
   const images = [...document.images].map(i => ({src: i.currentSrc || i.src, ok: i.complete && i.naturalWidth > 0}));
@@ -51,11 +63,46 @@ const report = () => {
     images: images,
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
   });
-};
-const settle = () => (window.MathJax && window.MathJax.startup && window.MathJax.startup.promise)
-  ? window.MathJax.startup.promise.then(report, e => done({error: String(e)})) : report();
-if (document.readyState === 'complete') settle(); else window.addEventListener('load', settle);
+});
 """
+
+# The rules of the audit: WCAG 2.0 and 2.1, levels A and AA (axe-core's tags; axe refuses a tag it does not know,
+# which is why axe-selenium-python, whose axe-core 3.1 predates WCAG 2.1, is not used).
+AXE_TAGS = ("wcag2a", "wcag2aa", "wcag21a", "wcag21aa")
+MODES = ("light", "dark")
+
+# Once the page has settled: its colour mode, axe's violations (compacted: what a reader of the failure needs),
+# and the text alternative of every figure of the content. A figure is an <img>, or an <svg> that says it is an
+# image; the maths (MathJax's own output) is not a figure. Its text alternative is what a screen reader reads:
+# aria-labelledby, aria-label, then alt (an <img>) or <title> (an <svg>).
+AUDIT = SETTLE + """
+const tags = arguments[0];
+const named = (el) => {
+  const ids = (el.getAttribute('aria-labelledby') || '').split(/\\s+/).filter(Boolean);
+  const labelled = ids.map(id => document.getElementById(id)).filter(Boolean).map(n => n.textContent).join(' ');
+  const title = el.tagName.toLowerCase() === 'svg' ? el.querySelector(':scope > title') : null;
+  return labelled || el.getAttribute('aria-label') || el.getAttribute('alt') || (title ? title.textContent : '') || '';
+};
+settle(() => {
+  const figures = [...document.querySelectorAll('.bd-article img, .bd-article svg[role="img"]')]
+    .filter(el => !el.closest('mjx-container, .MathJax'))
+    .map(el => ({tag: el.tagName.toLowerCase(), src: el.currentSrc || el.getAttribute('src') || '', alt: named(el)}));
+  axe.run(document, {runOnly: {type: 'tag', values: tags}}).then(results => done({
+    theme: document.documentElement.dataset.theme,
+    figures: figures,
+    violations: results.violations.map(v => ({
+      id: v.id, impact: v.impact, help: v.help,
+      nodes: v.nodes.map(n => ({target: n.target.join(' '), summary: n.failureSummary || ''})),
+    })),
+  }), e => done({error: String(e)}));
+});
+"""
+
+# A text alternative that names a file or a hash (Sphinx's default alt is the image's path, and myst-nb names
+# output images by their SHA-256), or only says that there is a picture, does not say what the figure shows.
+FILE_NAME = re.compile(r"\S*\.(png|jpe?g|gif|svg|webp|pdf)|\S*/\S*", re.IGNORECASE)  # the whole text
+HASH = re.compile(r"\b[0-9a-f]{12,}\b", re.IGNORECASE)
+GENERIC = {"image", "figure", "picture", "plot", "chart", "graph", "diagram", "img", "output"}
 
 
 def _driver():
@@ -116,6 +163,98 @@ def visits(site, browser) -> dict[str, dict]:
         state.update(title=browser.title, status=status, served_title=served_title)
         seen[page] = state
     return seen
+
+
+@pytest.fixture(scope="module")
+def audits(site, browser) -> dict[tuple[str, str], dict]:
+    """Every page of `_toc.yml` audited in each colour mode: ``{(page, mode): what AUDIT returned}``.
+
+    The mode is chosen the way a reader's choice is kept: the theme's ``mode`` and ``theme`` keys in
+    localStorage, which its first script reads before the page is drawn."""
+    from axe_core_python.base import AXE_SCRIPT
+
+    seen = {}
+    try:
+        for mode in MODES:
+            browser.get(site + toc_files()[0] + ".html")
+            browser.execute_script("localStorage.setItem('mode', arguments[0]);"
+                                   "localStorage.setItem('theme', arguments[0]);", mode)
+            for page in toc_files():
+                browser.get(site + page + ".html")
+                browser.execute_script(AXE_SCRIPT)  # axe.min.js from the installed wheel: nothing is downloaded
+                seen[page, mode] = browser.execute_async_script(AUDIT, list(AXE_TAGS))
+        browser.get(site + SCREENSHOTS["chapter-1"])
+        browser.execute_async_script(SETTLE + "settle(() => done(null));")
+        _screenshot(browser, "chapter-1-dark")
+    finally:
+        browser.execute_script("localStorage.clear();")  # the other tests see a first visit
+    return seen
+
+
+# A page with three faults the audit must report: faint text, an image without alt, a list without list items.
+FAULTY_PAGE = ("data:text/html,<!doctype html><html lang='en'><head><title>faults</title></head><body><main>"
+               "<article class='bd-article'><p style='color:%23999;background:%23aaa'>faint text</p>"
+               "<img src='data:image/gif;base64,R0lGODlhAQABAAAAACw='>"
+               "<div role='list'><div role='doc-biblioentry'>an entry</div></div></article></main></body></html>")
+
+
+def test_the_audit_reports_known_faults(browser) -> None:
+    from axe_core_python.base import AXE_SCRIPT
+
+    browser.get(FAULTY_PAGE)
+    browser.execute_script(AXE_SCRIPT)
+    state = browser.execute_async_script(AUDIT, list(AXE_TAGS))
+    assert "error" not in state, state
+    found = {v["id"] for v in state["violations"]}
+    assert {"color-contrast", "image-alt", "aria-required-children"} <= found, f"axe found only {found}"
+    assert [_alt_problem(f["alt"]) for f in state["figures"]] == ["no text alternative"], state["figures"]
+
+
+def test_axe_finds_no_wcag_violation_in_light_or_dark_mode(audits) -> None:
+    errors = {key: state["error"] for key, state in audits.items() if "error" in state}
+    assert not errors, f"axe could not audit these pages (page, mode): {errors}"
+    wrong_mode = {key: state["theme"] for key, state in audits.items() if state["theme"] != key[1]}
+    assert not wrong_mode, f"pages shown in another colour mode than the one chosen (page, mode): {wrong_mode}"
+    found = [f"{page} [{mode}] {v['id']} ({v['impact']}): {node['target']} \N{EM DASH} {v['help']}. "
+             + " ".join(node["summary"].split())[:300]
+             for (page, mode), state in audits.items() for v in state["violations"] for node in v["nodes"]]
+    assert not found, (f"{len(found)} WCAG 2 A/AA violations found by axe-core (page [mode] rule (impact): element "
+                       "\N{EM DASH} what to fix):\n" + "\n".join(found[:80])
+                       + (f"\n... and {len(found) - 80} more" if len(found) > 80 else ""))
+
+
+def _alt_problem(alt: str) -> str | None:
+    """Why ``alt`` does not say what a figure shows, or None when it may."""
+    text = " ".join(alt.split())
+    if not text:
+        return "no text alternative"
+    if FILE_NAME.fullmatch(text) or HASH.search(text):
+        return f"a file name or hash as its text alternative: {text[:80]!r}"
+    if text.lower().rstrip(".") in GENERIC:
+        return f"a text alternative that only says there is a picture: {text!r}"
+    return None
+
+
+def test_every_figure_has_a_text_alternative(audits) -> None:
+    figures = [(page, figure) for (page, mode), state in audits.items() if mode == MODES[0]
+               for figure in state["figures"]]
+    assert len(figures) > 20, f"the chapters show hardly any figures: {len(figures)}"
+    missing = [f"{page}: <{figure['tag']}> {figure['src'].rsplit('/', 1)[-1][:40]}: {problem}"
+               for page, figure in figures if (problem := _alt_problem(figure["alt"]))]
+    assert not missing, (f"{len(missing)} figures without a text alternative that says what they show (give a "
+                         "code cell's image metadata mystnb.image.alt, a markdown image its alt):\n"
+                         + "\n".join(missing))
+
+
+def test_alt_text_judge_tells_descriptions_from_file_names() -> None:
+    # the judge of the figure test must itself be able to fail, on what Sphinx and myst-nb write by default
+    digest = "3f5a0c9d2b7e41f6a8c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2"
+    for alt in ("", "  ", f"../_images/{digest}.png", f"{digest}.png", digest, "book/images/qkv.svg", "qkv.svg",
+                "Figure", "image"):
+        assert _alt_problem(alt), f"{alt!r} passed as a description"
+    for alt in ("Heatmap of the weights: rows A and B, columns A and B, 0.12 and 0.88 in row A.",
+                "Block diagram: X times W_q, W_k and W_v gives Q, K and V.", "Attention from Scratch"):
+        assert _alt_problem(alt) is None, f"{alt!r} was refused"
 
 
 def test_every_page_loads_without_console_errors(visits) -> None:

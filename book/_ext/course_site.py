@@ -6,6 +6,9 @@
   twice.
 - Citations read "Vaswani et al. (2017)" and "(Vaswani et al., 2017)": sphinxcontrib-bibtex's author-year
   style with round brackets, registered here as ``author_year_round`` (its default brackets are square).
+- The bibliography's entries are list items. Docutils writes them as ``role="doc-biblioentry"`` inside a
+  ``role="list"``: a deprecated role, and a list whose children are not list items, which screen readers
+  cannot count and the accessibility audit of the browser test (axe-core, WCAG 2 A) rejects.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from docutils import nodes
+from sphinx.writers.html5 import HTML5Translator
 from sphinxcontrib.bibtex.plugin import register_plugin
 from sphinxcontrib.bibtex.style.referencing import BracketStyle
 from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
@@ -49,7 +54,17 @@ def _drop_repeated_scripts(app, pagename: str, templatename: str, context: dict[
     context["script_files"] = kept
 
 
+def _visit_citation(self: HTML5Translator, node: nodes.citation) -> None:
+    HTML5Translator.visit_citation(self, node)
+    self.body[-1] = self.body[-1].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def _depart_citation(self: HTML5Translator, node: nodes.citation) -> None:
+    HTML5Translator.depart_citation(self, node)
+
+
 def setup(app) -> dict[str, Any]:
     register_plugin("sphinxcontrib.bibtex.style.referencing", "author_year_round", RoundAuthorYear, force=True)
     app.connect("html-page-context", _drop_repeated_scripts, priority=900)  # after the handlers that add scripts
+    app.add_node(nodes.citation, override=True, html=(_visit_citation, _depart_citation))
     return {"parallel_read_safe": True, "parallel_write_safe": True}
