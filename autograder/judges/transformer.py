@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention_course.testing import DTYPE_CHANGED, mistake_name, named
 from autograder.checks.core import Mistake, Observations, Raised, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
@@ -59,9 +60,17 @@ from solutions.positional import sinusoidal_encoding
 
 # ================================================================ shared
 
+NOT_A_MODULE = "not an nn.Module"
+
+
+def _unnamed(text: str) -> str:
+    """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
+    return f"{text}." if mistake_name(text) else text
+
+
 def _describe(raised: Raised, what: str) -> str:
     if raised.type == "WeightsNotLoaded":
-        return f"the test could not copy its weights into {what}: {raised.message}"
+        return _unnamed(f"the test could not copy its weights into {what}: {raised.message}")
     return f"{what} {raised.describe()}"
 
 
@@ -82,15 +91,17 @@ def _judge_ff_layers(obs: Observations) -> None:
         if isinstance(got, Raised):
             raise Mistake(f"{call} {got.describe()}")
         if not got["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+            raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() "
+                                f"first", NOT_A_MODULE))
         shapes = [linear["weight"] for linear in got["linears"]]
         if len(shapes) != 2:
-            raise Mistake(f"{call} holds {len(shapes)} nn.Linear layers, expected two: d_model -> d_ff and "
-                          f"d_ff -> d_model" + (" (a single Linear)" if len(shapes) == 1 else ""))
+            raise Mistake(named(f"{call} holds {len(shapes)} nn.Linear layers, expected two: d_model -> d_ff and "
+                                f"d_ff -> d_model", "a single Linear" if len(shapes) == 1 else None))
         if sorted(shapes) != sorted([(20, 12), (12, 20)]):
             found = ", ".join(f"{w[1]} -> {w[0]}" for w in shapes)
-            raise Mistake(f"{call} maps {found}; expected 12 -> 20 and 20 -> 12: widen to d_ff, then back to "
-                          f"d_model (d_ff ignored)")
+            ignored = all(20 not in w for w in shapes)  # no layer is d_ff = 20 wide
+            raise Mistake(named(f"{call} maps {found}; expected 12 -> 20 and 20 -> 12: widen to d_ff, then back to "
+                                f"d_model", "d_ff ignored" if ignored else None))
         if not all(linear["bias"] for linear in got["linears"]):
             raise Mistake(f"{call}'s Linear layers should have biases, as in the paper's max(0, xW1 + b1)W2 + b2 "
                           f"(no bias)")
@@ -126,7 +137,7 @@ def _judge_ff_forward(obs: Observations) -> None:
         lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
         got = _tensor_result(out, what, tuple(x.shape))
         if x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x (dtype not kept)")
+            raise Mistake(named(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED))
         judge_tensor(got, lin2(torch.relu(lin1(x))), what, _ff_suspects(d, d_ff, x, seed),
                      hint="Linear(d_model -> d_ff), ReLU, Dropout, Linear(d_ff -> d_model), applied to the last axis")
 
@@ -274,7 +285,7 @@ def _judge_layer(cases: list[tuple[LayerCase, bool]], suspects: Callable[[LayerC
         what = case.what(norm_first)
         got = _tensor_result(out, what, tuple(case.x.shape))
         if case.x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x (dtype not kept)")
+            raise Mistake(named(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED))
         layer = _Pieces(case).layer
         layer.norm_first = norm_first
         judge_tensor(got, _call_layer(layer, case).detach(), what, suspects(case, norm_first),
@@ -297,11 +308,13 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
             if isinstance(got, Raised):
                 raise Mistake(f"{call} {got.describe()}")
             if not got["is_module"]:
-                raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+                raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call "
+                                    f"super().__init__() first", NOT_A_MODULE))
             missing = [part for part, kind_name in got["parts"].items() if kind_name is None]
             if missing:
-                raise Mistake(f"{call} has no attribute {', '.join(f'`{m}`' for m in missing)} — store the parts as "
-                              f"{', '.join(LAYER_PARTS[kind])} (the tests copy weights into them by these names)")
+                raise Mistake(named(f"{call} has no attribute {', '.join(f'`{m}`' for m in missing)} — store the "
+                                    f"parts as {', '.join(LAYER_PARTS[kind])}: the tests copy weights into them by "
+                                    f"these names", "parts not named as asked"))
             if got["shared_attn"]:
                 raise Mistake(f"{call}.self_attn and .cross_attn are the same module: self-attention and "
                               f"cross-attention each need their own weights (one attention module for both)")
@@ -310,8 +323,9 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
                               f"nn.LayerNorm(d_model), with its own weights (one LayerNorm for every block)")
             bad = [i + 1 for i, shape in enumerate(got["norm_shapes"]) if shape != (16,)]
             if bad:
-                raise Mistake(f"{call}.norm{bad[0]} should be nn.LayerNorm(d_model) = nn.LayerNorm(16), got "
-                              f"{got['parts'][f'norm{bad[0]}']} of shape {got['norm_shapes'][bad[0] - 1]}")
+                raise Mistake(_unnamed(f"{call}.norm{bad[0]} should be nn.LayerNorm(d_model) = nn.LayerNorm(16), "
+                                       f"got {got['parts'][f'norm{bad[0]}']} of shape "
+                                       f"{got['norm_shapes'][bad[0] - 1]}"))
             if isinstance(got["loads"], Raised):
                 raise Mistake(_describe(got["loads"], call))
 
@@ -385,14 +399,17 @@ def _decoder_suspects(case: LayerCase, norm_first: bool) -> list[Suspect]:
     run = lambda blocks, ns=norms: lambda: _blocks(x, blocks, ns, norm_first)  # noqa: E731
     blocks = [sa(tgt_mask), ca(memory_mask), p.ff]
     suspects = _residual_suspects(blocks, norms, x, norm_first, ["self-attention", "cross-attention", "feed-forward"])
-    from_decoder = ("the cross-attention takes its keys and values from the decoder states x; they come from "
-                    "`memory`, the encoder output: cross_attn(x, memory, memory, memory_mask) "
-                    "(cross-attention keys from the decoder)")
+    from_decoder = ("the cross-attention takes its keys and values from the decoder states x, so memory is never "
+                    "read; they come from `memory`, the encoder output: cross_attn(x, memory, memory, memory_mask) "
+                    "(cross-attention ignores memory)")
     for mask in (memory_mask, tgt_mask, None):  # keys and values from x, with whichever mask fits
         suspects.append(Suspect(from_decoder, run([sa(tgt_mask), lambda h, m=mask: p.attn("cross_attn", h, h, m),
                                                    p.ff])))
     keys_from_x = lambda h: p.layer.cross_attn(h, h, memory, memory_mask)[0]  # noqa: E731  (values from memory)
-    suspects.append(Suspect(from_decoder, run([sa(tgt_mask), keys_from_x, p.ff])))
+    suspects.append(Suspect("the cross-attention takes its keys from the decoder states x and its values from "
+                            "memory; keys and values both come from `memory`: cross_attn(x, memory, memory, "
+                            "memory_mask) (cross-attention keys from the decoder)",
+                            run([sa(tgt_mask), keys_from_x, p.ff])))
     suspects += _norm_suspects(blocks, norms, x, norm_first)
     suspects += [
         Suspect("the self-attention and the cross-attention are one module, with one set of weights: each needs its "
@@ -455,9 +472,11 @@ def _judge_config_fields(obs: Observations) -> None:
     want = dataclasses.asdict(ref.TransformerConfig(src_vocab=11, tgt_vocab=13))
     for name in CONFIG_FIELDS:
         if got[name] != want[name] or type(got[name]) is not type(want[name]):
-            raise Mistake(f"TransformerConfig(src_vocab=11, tgt_vocab=13).{name} is {got[name]!r}, expected "
-                          f"{want[name]!r}: the defaults are the base model of the paper, as the exercise lists "
-                          f"them ({name} default)")
+            message = f"TransformerConfig(src_vocab=11, tgt_vocab=13).{name} is {got[name]!r}, expected {want[name]!r}"
+            if name in ("src_vocab", "tgt_vocab"):  # given by the caller, not a default
+                raise Mistake(message)
+            raise Mistake(named(f"{message}: the defaults are the base model of the paper, as the exercise lists them",
+                                f"{name} default"))
     positional = obs["positional"]
     if isinstance(positional, Raised) or (positional["src_vocab"], positional["tgt_vocab"]) != (11, 13):
         raise Mistake("TransformerConfig(11, 13) should set src_vocab=11 and tgt_vocab=13: they are the first two "
@@ -619,11 +638,12 @@ def _judge_model_parts(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(f"{call} {got.describe()}")
     if not got["is_module"]:
-        raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+        raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() first",
+                            NOT_A_MODULE))
     for name, vocab in (("src_embed", c.src_vocab), ("tgt_embed", c.tgt_vocab)):
         table = got[name]
         if not isinstance(table, dict) or table["shape"] != (vocab, c.d_model):
-            raise Mistake(f"{call}.{name} should be an nn.Embedding({vocab}, {c.d_model}), got {table}")
+            raise Mistake(_unnamed(f"{call}.{name} should be an nn.Embedding({vocab}, {c.d_model}), got {table}"))
         std, want = table["std"], c.d_model**-0.5
         if not 0.8 * want < std < 1.25 * want:
             mistake = "embeddings initialised with std 1" if std > 0.5 else "embeddings initialised with the wrong std"
@@ -631,15 +651,15 @@ def _judge_model_parts(obs: Observations) -> None:
                           f"nn.init.normal_(weight, std=d_model ** -0.5) = {want:.3g}, so that after the × √d_model "
                           f"scaling the token vectors have entries of size ~1, like the positional codes ({mistake})")
     if got["out"] != {"type": "Linear", "weight": (c.tgt_vocab, c.d_model), "bias": True}:
-        raise Mistake(f"{call}.out should be an nn.Linear({c.d_model}, {c.tgt_vocab}) with bias, giving one logit "
-                      f"per target word; got {got['out']}")
+        raise Mistake(_unnamed(f"{call}.out should be an nn.Linear({c.d_model}, {c.tgt_vocab}) with bias, giving "
+                               f"one logit per target word; got {got['out']}"))
     for stack in ("encoder_layers", "decoder_layers"):
         if got[stack] != c.n_layers:
             raise Mistake(f"{call}.{stack} should be an nn.ModuleList of n_layers={c.n_layers} layers, got "
-                          f"{got[stack]} (a plain list hides the layers' weights from .parameters())")
+                          f"{got[stack]!r}: a plain list hides the layers' weights from .parameters()")
     for name in ("encoder_norm", "decoder_norm"):
         if got[name] != "LayerNorm":
-            raise Mistake(f"{call}.{name} should be an nn.LayerNorm(d_model) when norm_first=True, got {got[name]}")
+            raise Mistake(f"{call}.{name} should be an nn.LayerNorm(d_model) when norm_first=True, got {got[name]!r}")
 
 
 def _judge_shapes(obs: Observations) -> None:
@@ -703,18 +723,21 @@ def _judge_padding(obs: Observations) -> None:
 def _judge_dtype_device(obs: Observations) -> None:
     got = obs["float64"]
     what = "Transformer(...).double() on src (3, 7), tgt_in (3, 5)"
-    if isinstance(got, Raised):
-        raise Mistake(f"{what} {got.describe()} — keep the positional table in the model's dtype: register it as a "
-                      f"buffer (it follows .double() and .to(device)) (dtype not kept)")
+    if isinstance(got, Raised):  # named only when the error is about dtypes: then something stayed in float32
+        about_dtype = any(word in got.message.lower() for word in ("dtype", "scalar type", "double", "float"))
+        raise Mistake(named(f"{what} {got.describe()} — keep the positional table in the model's dtype: register it "
+                            f"as a buffer: .double() and .to(device) move buffers too",
+                            DTYPE_CHANGED if about_dtype else None))
     if got["dtype"] != "torch.float64":
-        raise Mistake(f"{what} returned {got['dtype']} logits — keep the model's dtype; a positional table registered "
-                      f"as a buffer follows .double() (dtype not kept)")
+        raise Mistake(named(f"{what} returned {got['dtype']} logits — keep the model's dtype; a positional table "
+                            f"registered as a buffer follows .double()", DTYPE_CHANGED))
     got = obs["meta"]
     what = "Transformer(...).to('meta') on src and tgt_in on the meta device"
     advice = "build every mask and table on the device of the tokens (device=src.device), or register the table as a " \
              "buffer, so that the model also runs on a GPU"
-    if isinstance(got, Raised):
-        raise Mistake(f"{what} {got.describe()} — {advice} (mask built on the CPU)")
+    if isinstance(got, Raised):  # named only when the error is about devices: then something stayed on the CPU
+        raise Mistake(named(f"{what} {got.describe()} — {advice}",
+                            "mask built on the CPU" if "device" in got.message.lower() else None))
     if got["device"] != "meta" or got["shape"] != (3, 5, 13):
         raise Mistake(f"{what} gave {got}, expected meta logits of shape (3, 5, 13) — {advice}")
 

@@ -739,6 +739,31 @@ class TDetachedMemory(_Model):
         return self.decode(tgt_in, self.encode(src).detach(), src)
 
 
+class TConfigUnpacked(_Model):
+    """The config's fields copied into attributes, the config itself not kept: ``model.config`` is missing."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        del self.config
+        self.d_model, self.max_len, self.pad_id = config.d_model, config.max_len, config.pad_id
+
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t > self.max_len:
+            raise ValueError(f"length {t} > max_len={self.max_len}")
+        return self.dropout(table(tokens) * math.sqrt(self.d_model) + self.pe[:t])
+
+    def encode(self, src):
+        x = self.embed(src, self.src_embed)
+        for layer in self.encoder_layers:
+            x = layer(x, padding_mask(src, self.pad_id))
+        return self.encoder_norm(x)
+
+    def masks(self, tgt_in, src):
+        tgt_mask = causal_mask(tgt_in.shape[1], device=tgt_in.device) & padding_mask(tgt_in, self.pad_id)
+        return tgt_mask, padding_mask(src, self.pad_id)
+
+
 class TOnTheFly(nn.Module):
     """Positions computed in embed on the tokens' device, masks with triu and logical_and, norms always built."""
 
@@ -987,65 +1012,88 @@ def greedy_with_forward(model, src, start_id, end_id, max_len):
 # ================================================================ the catalogue
 
 WRONG = [
-    Entry("FeedForward", "ReLU missing", FFNoRelu, ("ReLU missing",)),
-    Entry("FeedForward", "ReLU after the second Linear", FFReluAfter, ("ReLU after the second Linear",)),
-    Entry("FeedForward", "GELU instead of ReLU", FFGelu, ("GELU instead of ReLU",)),
-    Entry("FeedForward", "residual inside", FFResidual, ("residual added inside FeedForward",)),
-    Entry("FeedForward", "F.dropout without training=", FFDropoutInEval, ("dropout applied in eval mode",)),
-    Entry("FeedForward", "dropout after the second Linear", FFDropoutAfter, ("dropout after the second Linear",)),
-    Entry("FeedForward", "Linear layers without bias", FFNoBias, ("no bias",)),
-    Entry("FeedForward", "d_ff ignored", FFFourTimes, ("d_ff ignored",)),
+    Entry("FeedForward", "ReLU missing", FFNoRelu, "ReLU missing", "FeedForward_forward"),
+    Entry("FeedForward", "ReLU after the second Linear", FFReluAfter, "ReLU after the second Linear",
+          "FeedForward_forward"),
+    Entry("FeedForward", "GELU instead of ReLU", FFGelu, "GELU instead of ReLU", "FeedForward_forward"),
+    Entry("FeedForward", "residual inside", FFResidual, "residual added inside FeedForward", "FeedForward_forward"),
+    Entry("FeedForward", "F.dropout without training=", FFDropoutInEval, "dropout applied in eval mode",
+          "FeedForward_dropout"),
+    Entry("FeedForward", "dropout after the second Linear", FFDropoutAfter, "dropout after the second Linear",
+          "FeedForward_dropout"),
+    Entry("FeedForward", "Linear layers without bias", FFNoBias, "no bias", "FeedForward_layers"),
+    Entry("FeedForward", "d_ff ignored", FFFourTimes, "d_ff ignored", "FeedForward_layers"),
     Entry("EncoderLayer", "no residual around the attention", EncNoResidualAttn,
-          ("residual missing around the attention",)),
-    Entry("EncoderLayer", "always pre-norm", EncAlwaysPreNorm, ("pre-norm when norm_first=False",)),
-    Entry("EncoderLayer", "norm placement swapped", EncPlacementSwapped,
-          ("pre-norm when norm_first=False", "post-norm when norm_first=True")),
-    Entry("EncoderLayer", "src_mask ignored", EncMaskIgnored, ("src_mask ignored",)),
-    Entry("EncoderLayer", "F.dropout in eval mode", EncDropoutInEval, ("dropout applied in eval mode",)),
-    Entry("EncoderLayer", "norms swapped", EncNormsSwapped, ("norm1 and norm2 swapped",)),
-    Entry("EncoderLayer", "one LayerNorm for both blocks", EncOneNorm, ("one LayerNorm for every block",)),
+          "residual missing around the attention", "EncoderLayer_post_norm"),
+    Entry("EncoderLayer", "always pre-norm", EncAlwaysPreNorm, "pre-norm when norm_first=False",
+          "EncoderLayer_post_norm"),
+    Entry("EncoderLayer", "norm placement swapped", EncPlacementSwapped, "pre-norm when norm_first=False",
+          "EncoderLayer_post_norm", also=("post-norm when norm_first=True",)),
+    Entry("EncoderLayer", "src_mask ignored", EncMaskIgnored, "src_mask ignored", "EncoderLayer_src_mask",
+          also=("source padding mask ignored in the encoder",)),  # the Transformer built on it attends the padding
+    Entry("EncoderLayer", "F.dropout in eval mode", EncDropoutInEval, "dropout applied in eval mode",
+          "EncoderLayer_dropout"),
+    Entry("EncoderLayer", "norms swapped", EncNormsSwapped, "norm1 and norm2 swapped", "EncoderLayer_post_norm"),
+    Entry("EncoderLayer", "one LayerNorm for both blocks", EncOneNorm, "one LayerNorm for every block",
+          "EncoderLayer_parts"),
     Entry("EncoderLayer", "residual added after the norm", EncResidualAfterNorm,
-          ("residual added after the LayerNorm",)),
-    Entry("EncoderLayer", "dropout ignored", EncNoDropout, ("dropout ignored",)),
+          "residual added after the LayerNorm", "EncoderLayer_post_norm"),
+    Entry("EncoderLayer", "dropout ignored", EncNoDropout, "dropout ignored", "EncoderLayer_dropout"),
     Entry("DecoderLayer", "cross-attention keys from the decoder", DecCrossFromDecoder,
-          ("cross-attention keys from the decoder",)),
-    Entry("DecoderLayer", "memory mask ignored", DecMemoryMaskIgnored, ("memory mask ignored",)),
-    Entry("DecoderLayer", "tgt_mask ignored", DecTgtMaskIgnored, ("tgt_mask ignored",)),
+          "cross-attention ignores memory", "DecoderLayer_post_norm",
+          also=("parameters without gradient",)),  # the Transformer built on it never reads the encoder
+    Entry("DecoderLayer", "memory mask ignored", DecMemoryMaskIgnored, "memory mask ignored", "DecoderLayer_masks"),
+    Entry("DecoderLayer", "tgt_mask ignored", DecTgtMaskIgnored, "tgt_mask ignored", "DecoderLayer_masks",
+          also=("no causal mask in the decoder",)),  # the Transformer built on it sees the future
     Entry("DecoderLayer", "no residual around the cross-attention", DecNoResidualCross,
-          ("residual missing around the cross-attention",)),
-    Entry("DecoderLayer", "always pre-norm", DecAlwaysPreNorm, ("pre-norm when norm_first=False",)),
-    Entry("DecoderLayer", "cross-attention first", DecCrossFirst, ("cross-attention before self-attention",)),
-    Entry("DecoderLayer", "one attention module for both", DecSharedAttention, ("one attention module for both",)),
-    Entry("DecoderLayer", "F.dropout in eval mode", DecDropoutInEval, ("dropout applied in eval mode",)),
-    Entry("TransformerConfig", "dropout default 0", CfgDropoutZero, ("dropout default",)),
-    Entry("TransformerConfig", "pre-norm by default", CfgPreNormDefault, ("norm_first default",)),
-    Entry("TransformerConfig", "max_len default 5000", CfgMaxLen5000, ("max_len default",)),
-    Entry("TransformerConfig", "no checks", CfgNoChecks, ("should raise ValueError",)),
-    Entry("TransformerConfig", "a plain class", CfgPlainClass, ("not a dataclass",)),
-    Entry("TransformerConfig", "vocabularies with defaults", CfgVocabDefaults, ("vocabularies given defaults",)),
-    Entry("Transformer", "no causal mask", TNoCausalMask, ("no causal mask in the decoder",)),
-    Entry("Transformer", "memory mask ignored", TMemoryMaskIgnored, ("memory mask ignored",)),
-    Entry("Transformer", "embeddings not scaled", TNotScaled, ("embeddings not scaled by √d_model",)),
-    Entry("Transformer", "positions missing", TNoPositions, ("positional encoding missing",)),
-    Entry("Transformer", "source padding ignored", TSourceMaskIgnored,
-          ("source padding mask ignored in the encoder",)),
-    Entry("Transformer", "final norm never applied", TFinalNormUnused, ("final LayerNorm missing",)),
-    Entry("Transformer", "layers not chained", TLayersNotChained, ("layers not chained",)),
-    Entry("Transformer", "pad_id 0", TPadIdZero, ("pad_id hard-coded as 0",)),
-    Entry("Transformer", "causal mask on the CPU", TMaskOnCpu, ("mask built on the CPU",)),
-    Entry("Transformer", "no max_len check", TNoLengthCheck, ("raise ValueError",)),
-    Entry("Transformer", "default embedding init", TDefaultInit, ("embeddings initialised with std 1",)),
-    Entry("Transformer", "memory detached", TDetachedMemory, ("parameters without gradient",)),
-    Entry("greedy_decode", "argmax of position 0", greedy_first_position, ("greedy decoding from the first position",)),
-    Entry("greedy_decode", "never stops", greedy_never_stops, ("never stopping at <end>",)),
-    Entry("greedy_decode", "no padding after <end>", greedy_no_padding, ("not padding after <end>",)),
-    Entry("greedy_decode", "pads with 0", greedy_pad_zero, ("pad_id hard-coded as 0",)),
-    Entry("greedy_decode", "max_len new tokens", greedy_max_len_plus_one, ("start token not counted in max_len",)),
-    Entry("greedy_decode", "stops at the first <end>", greedy_stops_at_first_end,
-          ("stopped when the first row ended",)),
-    Entry("greedy_decode", "training mode", greedy_training_mode, ("model left in training mode",)),
-    Entry("greedy_decode", "start token dropped", greedy_without_start, ("start_id missing",)),
-    Entry("greedy_decode", "float token buffer", greedy_float_buffer, ("token ids not int64",)),
+          "residual missing around the cross-attention", "DecoderLayer_post_norm"),
+    Entry("DecoderLayer", "always pre-norm", DecAlwaysPreNorm, "pre-norm when norm_first=False",
+          "DecoderLayer_post_norm"),
+    Entry("DecoderLayer", "cross-attention first", DecCrossFirst, "cross-attention before self-attention",
+          "DecoderLayer_post_norm"),
+    Entry("DecoderLayer", "one attention module for both", DecSharedAttention, "one attention module for both",
+          "DecoderLayer_parts"),
+    Entry("DecoderLayer", "F.dropout in eval mode", DecDropoutInEval, "dropout applied in eval mode",
+          "DecoderLayer_dropout"),
+    Entry("TransformerConfig", "dropout default 0", CfgDropoutZero, "dropout default", "TransformerConfig_fields"),
+    Entry("TransformerConfig", "pre-norm by default", CfgPreNormDefault, "norm_first default",
+          "TransformerConfig_fields"),
+    Entry("TransformerConfig", "max_len default 5000", CfgMaxLen5000, "max_len default", "TransformerConfig_fields"),
+    Entry("TransformerConfig", "no checks", CfgNoChecks, "no ValueError for bad arguments", "TransformerConfig_errors"),
+    Entry("TransformerConfig", "a plain class", CfgPlainClass, "not a dataclass", "TransformerConfig_fields"),
+    Entry("TransformerConfig", "vocabularies with defaults", CfgVocabDefaults, "vocabularies given defaults",
+          "TransformerConfig_fields"),
+    Entry("Transformer", "no causal mask", TNoCausalMask, "no causal mask in the decoder", "Transformer_causal"),
+    Entry("Transformer", "memory mask ignored", TMemoryMaskIgnored, "memory mask ignored", "Transformer_padding"),
+    Entry("Transformer", "embeddings not scaled", TNotScaled, "embeddings not scaled by √d_model",
+          "Transformer_encode"),
+    Entry("Transformer", "positions missing", TNoPositions, "positional encoding missing", "Transformer_encode"),
+    Entry("Transformer", "source padding ignored", TSourceMaskIgnored, "source padding mask ignored in the encoder",
+          "Transformer_padding"),
+    Entry("Transformer", "final norm never applied", TFinalNormUnused, "final LayerNorm missing", "Transformer_encode"),
+    Entry("Transformer", "layers not chained", TLayersNotChained, "layers not chained", "Transformer_encode",
+          also=("parameters without gradient",)),  # the first encoder layer's output is never used
+    Entry("Transformer", "pad_id 0", TPadIdZero, "pad_id hard-coded as 0", "Transformer_padding"),
+    Entry("Transformer", "causal mask on the CPU", TMaskOnCpu, "mask built on the CPU", "Transformer_dtype_device"),
+    Entry("Transformer", "no max_len check", TNoLengthCheck, "no ValueError for bad arguments", "Transformer_errors"),
+    Entry("Transformer", "default embedding init", TDefaultInit, "embeddings initialised with std 1",
+          "Transformer_parts"),
+    Entry("Transformer", "memory detached", TDetachedMemory, "parameters without gradient", "Transformer_learns_copy"),
+    Entry("Transformer", "config unpacked into attributes", TConfigUnpacked, "config not kept", "Transformer_shapes"),
+    Entry("greedy_decode", "argmax of position 0", greedy_first_position, "greedy decoding from the first position",
+          "greedy_decode_tokens"),
+    Entry("greedy_decode", "never stops", greedy_never_stops, "never stopping at <end>", "greedy_decode_stops"),
+    Entry("greedy_decode", "no padding after <end>", greedy_no_padding, "not padding after <end>",
+          "greedy_decode_stops"),
+    Entry("greedy_decode", "pads with 0", greedy_pad_zero, "pad_id hard-coded as 0", "greedy_decode_stops"),
+    Entry("greedy_decode", "max_len new tokens", greedy_max_len_plus_one, "start token not counted in max_len",
+          "greedy_decode_max_len"),
+    Entry("greedy_decode", "stops at the first <end>", greedy_stops_at_first_end, "stopped when the first row ended",
+          "greedy_decode_stops"),
+    Entry("greedy_decode", "training mode", greedy_training_mode, "model left in training mode",
+          "greedy_decode_eval_mode"),
+    Entry("greedy_decode", "start token dropped", greedy_without_start, "start_id missing", "greedy_decode_tokens"),
+    Entry("greedy_decode", "float token buffer", greedy_float_buffer, "token ids not int64", "greedy_decode_tokens"),
 ]
 
 CORRECT = [
