@@ -167,19 +167,19 @@ def test_visible_checks_pass_the_correct_alternative(case) -> None:
     assert not failed, f"the correct alternative {entry.label!r} fails visible checks: {failed}"
 
 
-#: The share of wrong answers whose visible checks name the mistake, per chapter and in all (README).
+#: The share of a chapter's wrong answers whose visible checks name the mistake (the README states the figure).
 VISIBLE_GOAL = 0.8
 
 
-def test_visible_checks_name_most_mistakes() -> None:
-    named: dict[str, list[bool]] = {}
-    for assignment, _, entry in WRONG:
-        named.setdefault(assignment, []).append(_visibly_named(assignment, entry))
-    table = "\n".join(f"  {a}: {sum(v)}/{len(v)} ({sum(v) / len(v):.0%})" for a, v in sorted(named.items()))
-    total = [x for v in named.values() for x in v]
-    share = sum(total) / len(total)
-    print(f"wrong answers named by the visible checks: {sum(total)}/{len(total)} ({share:.0%})\n{table}")
-    assert share >= VISIBLE_GOAL, f"the visible checks name {share:.0%} of the mistakes:\n{table}"
+@pytest.mark.parametrize("assignment", sorted(CATALOGUES))
+def test_visible_checks_name_most_mistakes(assignment) -> None:
+    """While the learner works, before any grading: the visible checks name most mistakes, in every chapter.
+    (Per chapter, in the chapter's group of tests, so the visible runs above are reused, not repeated.)"""
+    entries = [entry for a, _, entry in WRONG if a == assignment]
+    missed = [entry.label for entry in entries if not _visibly_named(assignment, entry)]
+    share = 1 - len(missed) / len(entries)
+    print(f"{assignment}: the visible checks name {len(entries) - len(missed)}/{len(entries)} ({share:.0%})")
+    assert share >= VISIBLE_GOAL, f"{assignment}: the visible checks name {share:.0%}; not named: {missed}"
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=_id)
