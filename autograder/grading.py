@@ -204,9 +204,20 @@ def read_student_notebook(path: Path, raw: bytes | None = None) -> dict:
     return data
 
 
+HIDDEN_END = "### END HIDDEN TESTS"
+
+
+def hidden_part(test_cell: str) -> str:
+    """A test cell's source up to the end of its hidden region. The visible asserts after it are the learner's
+    aid and decide nothing here (a cell's points come from its hidden check's record), so the grader does not
+    spend time on them: in Chapter 6 they train models, and they were more than half of a notebook's run."""
+    return test_cell[:test_cell.index(HIDDEN_END) + len(HIDDEN_END)] + "\n"
+
+
 def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str]]:
     """The notebook to run: ``source`` with the learner's answers (else the release's stubs) in its
-    solution cells; and notes on what was odd. The reference solution in ``source`` never runs."""
+    solution cells, and its test cells cut to their hidden checks (:func:`hidden_part`); and notes on what
+    was odd. The reference solution in ``source`` never runs."""
     notes: list[str] = []
     answers: dict[str, str] = {}
     extras: dict[str | None, list[str]] = {}
@@ -238,6 +249,8 @@ def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str
             continue
         if meta.get("solution"):
             cell["source"] = answers.get(gid, stubs.get(gid, "raise NotImplementedError()"))
+        if meta.get("grade") and HIDDEN_END in _source(cell):
+            cell["source"] = hidden_part(_source(cell))
         cells.append(cell)
         if meta.get("solution"):
             cells += [nbformat.v4.new_code_cell(src) for src in extras.get(gid, [])]
