@@ -116,10 +116,7 @@ def assert_close(
     number. Suspects are tried in order, before the shape is checked (a wrong shape can be a named mistake).
     """
     assert_tensor(actual, what)
-    wrong = tuple(actual.shape) != tuple(expected.shape) or not torch.allclose(
-        actual.detach().to(torch.float64), expected.detach().to(torch.float64), atol=atol, rtol=rtol,
-        equal_nan=True) or (torch.isnan(actual).any() and not torch.isnan(expected).any())
-    if wrong:
+    if not _matches(actual, expected, atol, rtol) or (torch.isnan(actual).any() and not torch.isnan(expected).any()):
         for message, candidate in (suspects or {}).items():
             if _matches(actual, candidate, atol, rtol):
                 fail(f"{what}: {message}")
@@ -176,7 +173,6 @@ def expect_value_error(fn: Callable[[], object], what: str, must_mention: Sequen
     fail(f"{what} should raise ValueError with a clear message, but nothing was raised", NO_VALUE_ERROR)
 
 
-
 def expect_runs(fn: Callable[[], object], what: str, crashes: Mapping[str, str] | None = None) -> object:
     """Return ``fn()``; a crash that ``crashes`` knows fails the check with the mistake's name.
 
@@ -195,6 +191,7 @@ def expect_runs(fn: Callable[[], object], what: str, crashes: Mapping[str, str] 
             if clue in text:
                 fail(f"{what} raised {text[:200]!r} — {explanation}")
         raise
+
 
 class _Refuse(TorchFunctionMode):
     def __init__(self, names: Sequence[str], reason: str) -> None:

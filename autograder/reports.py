@@ -37,12 +37,6 @@ def write_grades(results: list[Result], path: Path) -> None:
                             + [f"{r.cells[g].points:g}" if g in r.cells else "0" for g in ids])
 
 
-def named_mistake(message: str) -> str | None:
-    """The short name a failing check gives its mistake, e.g. "softmax over the wrong axis" (the one rule,
-    :func:`attention_course.testing.mistake_name`, that the visible checks' messages follow too)."""
-    return mistake_name(message)
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100] or "_"
 
@@ -56,12 +50,12 @@ def write_feedback(result: Result, folder: Path) -> Path:
         "student_id": result.student_id, "assignment": result.assignment, "score": result.score,
         "max_score": result.max_score, "status": result.status, "reason": result.reason,
         "cells": [{"grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "message": c.message,
-                   "mistake": named_mistake(c.message) if c.message else None} for c in result.cells.values()],
+                   "mistake": mistake_name(c.message)} for c in result.cells.values()],
     }, indent=1), encoding="utf-8")
     rows = []
     for cell in result.cells.values():
         verdict = "passed" if cell.points == cell.max_points else "failed"
-        mistake = named_mistake(cell.message) if cell.message else None
+        mistake = mistake_name(cell.message)
         rows.append(
             f"<tr class='{verdict}'><td><code>{html.escape(cell.grade_id)}</code></td>"
             f"<td>{cell.points:g} / {cell.max_points:g}</td><td>{verdict}</td>"
@@ -109,7 +103,7 @@ def write_report(results: list[Result], path: Path) -> None:
     ax.set_xlabel("share of students passing")
     pass_rates = _png(fig)
     # each student counts once per mistake, however many of their tests name it
-    mistakes = Counter(m for r in results for m in {named_mistake(c.message) for c in r.cells.values() if c.message}
+    mistakes = Counter(m for r in results for m in {mistake_name(c.message) for c in r.cells.values()}
                        if m)
     statuses = Counter(r.status for r in results)
     rate_rows = "".join(f"<tr data-check='{html.escape(g)}' data-passed='{n}' data-rate='{rate:.6f}'>"

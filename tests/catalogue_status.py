@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from class_grading import catalogue_module, exercise_of  # noqa: E402
-from notebook_grading import exercise_names, grade_in_process  # noqa: E402
+from class_grading import catalogue_module  # noqa: E402
+from notebook_grading import exercise_names, exercise_of, grade_in_process  # noqa: E402
 
 from attention_course.testing import mistake_name  # noqa: E402
 

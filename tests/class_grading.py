@@ -144,7 +144,3 @@ def dependents(assignment: str, target: str) -> set[str]:
             return found - {target}
         found |= more
 
-
-def exercise_of(grade_id: str, exercises: list[str]) -> str:
-    """The exercise a test cell belongs to: its grade_id is ``<exercise>_<property>``."""
-    return max((e for e in exercises if grade_id.startswith(e + "_")), key=len)

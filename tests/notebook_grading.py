@@ -81,6 +81,11 @@ def exercise_names(assignment: str) -> list[str]:
     return [nbgrader_meta(c)["grade_id"] for c in solution_cells(nbformat.read(source_notebook(assignment), 4))]
 
 
+def exercise_of(grade_id: str, exercises: list[str]) -> str:
+    """The exercise a test cell belongs to: its grade_id is ``<exercise>_<property>``."""
+    return max((e for e in exercises if grade_id.startswith(e + "_")), key=len)
+
+
 def reference_objects(assignment: str) -> dict[str, Any]:
     module = importlib.import_module(ASSIGNMENTS[assignment][1])
     return {name: getattr(module, name) for name in exercise_names(assignment)}
@@ -117,8 +122,7 @@ def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
     cells = graded_cells(nb)
     if exercise is not None:
         names = [nbgrader_meta(c)["grade_id"] for c in solution_cells(nb)]
-        cells = [c for c in cells if max((n for n in names if nbgrader_meta(c)["grade_id"].startswith(n + "_")),
-                                         key=len, default=None) == exercise]
+        cells = [c for c in cells if exercise_of(nbgrader_meta(c)["grade_id"], names) == exercise]
     for cell in cells:
         meta = nbgrader_meta(cell)
         stderr = io.StringIO()

@@ -13,11 +13,12 @@ import importlib
 
 import nbformat
 import pytest
-from class_grading import INSTRUCTOR, UNTOUCHED, Graded, catalogue_class, dependents, exercise_of, grade_class
+from class_grading import INSTRUCTOR, UNTOUCHED, Graded, catalogue_class, dependents, grade_class
 from notebook_grading import (
     ASSIGNMENTS,
     autograde,
     exercise_names,
+    exercise_of,
     grade_in_process,
     graded_cells,
     nbgrader_meta,
