@@ -133,6 +133,44 @@ def assert_close(
         )
 
 
+def answer_value(x: object) -> object:
+    """A concept check's answer as plain data, so that equal answers compare equal whatever their type.
+
+    Lists, ranges and shapes become tuples; tensors and NumPy values become numbers or tuples (through
+    ``tolist``); sets become sorted tuples. Numbers, strings, booleans and ``None`` stay as they are.
+    """
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    if isinstance(x, (set, frozenset)):
+        try:
+            return tuple(sorted(answer_value(item) for item in x))
+        except TypeError:  # items that do not sort: keep the set's order, as a tuple
+            return tuple(answer_value(item) for item in x)
+    if isinstance(x, (tuple, list, range)):
+        return tuple(answer_value(item) for item in x)
+    if hasattr(x, "tolist") and callable(x.tolist):  # torch and NumPy scalars and arrays
+        return answer_value(x.tolist())
+    return x
+
+
+def assert_answer(actual: object, expected: object, what: str, suspects: Mapping[str, object] | None = None,
+                  hint: str = "") -> None:
+    """A concept check: ``actual`` must equal ``expected`` (compared as :func:`answer_value`).
+
+    ``suspects`` maps a message that ends with a misconception's name, ``"... (name)"``, to the answer that
+    misconception gives; a wrong answer equal to one fails with that message.
+    """
+    if actual is None:
+        fail(f"{what} is None — did you forget to `return` the answer?", NO_RETURN)
+    got, want = answer_value(actual), answer_value(expected)
+    if got == want:
+        return
+    for message, candidate in (suspects or {}).items():
+        if got == answer_value(candidate):
+            fail(f"{what} is {got!r}: {message}")
+    fail(f"{what} is {got!r}, expected {want!r}{' — ' + hint if hint else ''}")
+
+
 def assert_sums_to_one(weights: Tensor, dim: int = -1, what: str = "weights") -> None:
     """Every slice of ``weights`` along ``dim`` sums to 1, and all entries lie in [0, 1]."""
     assert_finite(weights, what, "a softmax should never produce NaN or inf")

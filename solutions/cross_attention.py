@@ -19,7 +19,10 @@ from torch import Tensor, nn
 
 from solutions.self_attention import scaled_dot_product_attention
 
-__all__ = ["CrossAttention", "shift_right", "teacher_forcing_pair", "sequence_cross_entropy"]
+__all__ = [
+    "CrossAttention", "shift_right", "teacher_forcing_pair", "sequence_cross_entropy",
+    "loss_positions", "cross_weights_shape",  # concept checks
+]
 
 
 class CrossAttention(nn.Module):
@@ -169,3 +172,18 @@ def sequence_cross_entropy(logits: Tensor, targets: Tensor, pad_id: int) -> Tens
     log_probs = torch.log_softmax(logits[keep], dim=-1)  # (B, T, V) -> (N, V), N non-pad positions
     nll = -log_probs.gather(-1, targets[keep].unsqueeze(-1))  # (N, 1): minus log-probability of each target
     return nll.mean()
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def loss_positions(lengths: list[int]) -> int:
+    """The predictions the loss scores in one teacher-forced training step of a batch whose sentences have
+    ``lengths`` real tokens: every token and each sentence's ``<end>``, never the padding."""
+    return sum(length + 1 for length in lengths)
+
+
+def cross_weights_shape(t_tgt: int, t_src: int) -> tuple[int, int]:
+    """The shape of the cross-attention weights of one sentence pair: a row per target token (the queries come
+    from the decoder), a column per source token (the keys come from the encoder)."""
+    return t_tgt, t_src

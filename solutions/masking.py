@@ -18,7 +18,10 @@ from torch import Tensor, nn
 
 from solutions.self_attention import scaled_dot_product_attention
 
-__all__ = ["causal_mask", "padding_mask", "combine_masks", "additive_mask", "CausalSelfAttention"]
+__all__ = [
+    "causal_mask", "padding_mask", "combine_masks", "additive_mask", "CausalSelfAttention",
+    "masked_attention_shapes", "visible_keys",  # concept checks
+]
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
@@ -177,3 +180,19 @@ class CausalSelfAttention(nn.Module):
         mask = combine_masks(causal_mask(t, device=x.device), pad_mask)  # (T, T) & (B, 1, T) -> (B, T, T)
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, d_k), (B, T, d_k), (B, T, d_v)
         return scaled_dot_product_attention(q, k, v, mask)
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def masked_attention_shapes(n_tokens: int, d_model: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(weights_shape, output_shape)`` of causal self-attention over one sentence of ``n_tokens`` tokens
+    whose queries, keys and values are ``d_model`` wide: the weights compare tokens with tokens, ``(T, T)``
+    (the mask zeroes entries, it removes none); the output, weights @ V, is ``(T, d_model)``."""
+    return (n_tokens, n_tokens), (n_tokens, d_model)
+
+
+def visible_keys(tokens: list[int], pad_id: int, query: int) -> tuple[int, ...]:
+    """The key positions query ``query`` may attend under the look-ahead and padding masks together: keys
+    ``0..query`` that are not padding. The padding mask hides padded keys; a padded query still attends."""
+    return tuple(key for key in range(query + 1) if tokens[key] != pad_id)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from solutions.self_attention import scaled_dot_product_attention
 
-__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+__all__ = ["split_heads", "merge_heads", "MultiHeadAttention", "head_query_shape", "attention_parameters"]
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
@@ -175,3 +175,18 @@ class MultiHeadAttention(nn.Module):
             fits = False
         if not fits:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B, T_q, T_k) = {scores}")
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def head_query_shape(n_tokens: int, d_model: int, n_heads: int) -> tuple[int, int]:
+    """The shape of one head's queries (and of its output) for one sentence: ``(T, d_model / n_heads)``.
+    Only the concatenation of all the heads is ``d_model`` wide."""
+    return n_tokens, d_model // n_heads
+
+
+def attention_parameters(d_model: int, n_heads: int) -> int:
+    """The parameters of ``MultiHeadAttention(d_model, n_heads)`` with biases: four ``d_model × d_model``
+    projections and their biases, whatever the number of heads (the heads split the width, they add nothing)."""
+    return 4 * (d_model * d_model + d_model)

@@ -20,7 +20,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "apply_rotary"]
+__all__ = [
+    "sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "apply_rotary",
+    "encoded_shape", "same_without_positions",  # concept checks
+]
 
 
 def _frequencies(d: int, base: float, dtype: torch.dtype, device: torch.device | str | None = None) -> Tensor:
@@ -185,3 +188,17 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = 10000
     a, b = x[..., 0::2].to(compute), x[..., 1::2].to(compute)  # (..., T, d/2) each: the pairs (a, b)
     rotated = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., T, d/2, 2)
     return rotated.flatten(-2).to(x.dtype)  # (..., T, d/2, 2) -> (..., T, d), interleaved back
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def encoded_shape(batch: int, n_tokens: int, d_model: int) -> tuple[int, int, int]:
+    """The shape after ``SinusoidalPositionalEncoding(d_model)``: the table is *added*, so the width stays."""
+    return batch, n_tokens, d_model
+
+
+def same_without_positions(sentence_a: list[str], sentence_b: list[str]) -> bool:
+    """Whether self-attention with no positional information (and no mask) gives every word the same output
+    in both sentences: exactly when they hold the same words, each as many times, in any order."""
+    return sorted(sentence_a) == sorted(sentence_b)

@@ -16,7 +16,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-__all__ = ["softmax", "attention_scores", "scaled_dot_product_attention", "SelfAttention"]
+__all__ = [
+    "softmax", "attention_scores", "scaled_dot_product_attention", "SelfAttention",
+    "score_position", "score_count",  # concept checks
+]
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
@@ -168,3 +171,19 @@ class SelfAttention(nn.Module):
             raise ValueError(f"x {tuple(x.shape)} must end in d_model={self.d_model}")
         q, k, v = self.w_q(x), self.w_k(x), self.w_v(x)  # (B, T, d_k), (B, T, d_k), (B, T, d_v)
         return scaled_dot_product_attention(q, k, v, mask)
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def score_position(query: int, key: int) -> tuple[int, int]:
+    """Where, in ``scores = Q Kᵀ / √d_k``, token ``query`` meets token ``key``: row ``query``, column ``key``.
+
+    Row i of Q Kᵀ holds query i's dot products with every key, so K Qᵀ is the transpose, not the same matrix.
+    """
+    return query, key
+
+
+def score_count(n_tokens: int) -> int:
+    """The scores one self-attention head computes for ``n_tokens`` tokens: every query with every key, n²."""
+    return n_tokens * n_tokens

@@ -37,6 +37,8 @@ __all__ = [
     "Transformer",
     "greedy_decode",
     "beam_search",
+    "decoder_passes",  # concept checks
+    "scored_positions",
 ]
 
 
@@ -420,3 +422,18 @@ def beam_search(model: Transformer, src: Tensor, start_id: int, end_id: int, max
         return ys.reshape(b, k, -1)[torch.arange(b, device=src.device), best]  # (B, K, L) -> (B, L)
     finally:
         model.train(was_training)
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def decoder_passes(n_tokens: int) -> tuple[int, int]:
+    """``(training, generating)``: the decoder's forward passes for a target of ``n_tokens`` tokens. Teacher
+    forcing scores every position in one pass; greedy decoding without a cache runs once per new token."""
+    return 1, n_tokens
+
+
+def scored_positions(n_tokens: int) -> tuple[tuple[int, ...], int]:
+    """``(positions the training loss scores, the position whose prediction picks the next token)`` for a
+    decoder input of ``n_tokens`` tokens: training scores every position; generation reads only the last."""
+    return tuple(range(n_tokens)), n_tokens - 1

@@ -48,6 +48,18 @@ SPEC_EXERCISES = {
                        "greedy_decode"},
 }
 
+#: The concept checks that end each exercise notebook: short questions, each a small function of the sizes or
+#: tokens involved, whose wrong answers are the misreadings of the course's seed notes. Not SPEC's exercises, but
+#: graded like them, against the reference of the same name in the chapter's module.
+CONCEPT_CHECKS = {
+    "01_self_attention": {"score_position", "score_count"},
+    "02_causal_masking": {"masked_attention_shapes", "visible_keys"},
+    "03_cross_attention": {"loss_positions", "cross_weights_shape"},
+    "04_multi_head": {"head_query_shape", "attention_parameters"},
+    "05_positional_encoding": {"encoded_shape", "same_without_positions"},
+    "06_transformer": {"decoder_passes", "scored_positions"},
+}
+
 #: assignment id -> (notebook file name, reference module), for every assignment that has a source.
 ASSIGNMENTS = {
     assignment: (module.rsplit(".", 1)[1] + ".ipynb", module)

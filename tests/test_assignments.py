@@ -16,6 +16,7 @@ import pytest
 from catalogue import self_attention as ch01
 from notebook_grading import (
     ASSIGNMENTS,
+    CONCEPT_CHECKS,
     SPEC_EXERCISES,
     autograde,
     exercise_names,
@@ -165,7 +166,8 @@ def test_notebook_conventions(assignment) -> None:
         elif nbgrader_meta(cell).get("grade"):
             assert sections, f"{nbgrader_meta(cell)['grade_id']} comes before any '## ... (N points)' section"
             sections[-1][2] += nbgrader_meta(cell)["points"]
-    assert len(sections) == len(names), sections
+    # a section per exercise, and one for all the concept checks
+    assert len(sections) == len(names) - len(CONCEPT_CHECKS[assignment]) + 1, sections
     for title, declared, counted in sections:
         assert declared == counted, f"section {title!r} says {declared:g} points, its tests hold {counted:g}"
     ids = [c.get("id") for c in nb.cells]
@@ -187,7 +189,10 @@ def test_release_stubs_keep_signature_and_docstring(assignment) -> None:
 
 @pytest.mark.parametrize("assignment", ALL)
 def test_every_spec_function_is_an_exercise(assignment) -> None:
-    assert set(exercise_names(assignment)) == SPEC_EXERCISES[assignment]
+    """SPEC's exercises, then the concept checks, and nothing else."""
+    names = exercise_names(assignment)
+    assert set(names) == SPEC_EXERCISES[assignment] | CONCEPT_CHECKS[assignment]
+    assert set(names[-len(CONCEPT_CHECKS[assignment]):]) == CONCEPT_CHECKS[assignment], "the concept checks end it"
 
 
 @pytest.mark.parametrize("assignment", ALL)

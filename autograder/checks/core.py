@@ -22,6 +22,7 @@ code the grader uses, so that both paths give the same verdict.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import json
 import math
@@ -29,7 +30,7 @@ import os
 import pkgutil
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
+
+from attention_course.testing import answer_value
 
 Observations = dict[str, Any]
 Probe = Callable[[Any], Observations]
@@ -346,6 +349,16 @@ def probe_projections(student: Any) -> Observations:
 
 #: (label, args, kwargs) of the modules probe_projections builds: d_model 12, d_k 5, then d_v 7 with bias.
 PROJECTION_CASES = (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True}))
+
+
+def probe_answers(cases: Sequence[tuple]) -> Probe:
+    """The probe of a concept check: the learner's answer for each case's arguments, as plain data
+    (:func:`attention_course.testing.answer_value`); each call gets its own copy of the arguments."""
+
+    def probe(student: Any) -> Observations:
+        return {"answers": [attempt(lambda args=args: answer_value(student(*copy.deepcopy(args)))) for args in cases]}
+
+    return probe
 
 
 # ---------------------------------------------------------------- plain data on the wire

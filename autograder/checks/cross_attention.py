@@ -24,6 +24,7 @@ from autograder.checks.core import (
     attempt,
     load_weights,
     observe_contract,
+    probe_answers,
     probe_projections,
     projection_weights,
     register,
@@ -234,3 +235,12 @@ register("sequence_cross_entropy_ignores_pads", _probe_ce_pads)
 register("sequence_cross_entropy_gradients",
          lambda student: observe_contract(_ce_contract_call(student), _CE_CONTRACT, seed=373))
 register("sequence_cross_entropy_errors", _probe_ce_errors)
+
+
+# ================================================================ concept checks
+
+_LOSS_POSITIONS_CASES = [([7, 3, 3, 1],), ([1],), ([12, 5, 8],)]
+_CROSS_SHAPE_CASES = [(3, 11), (12, 2), (6, 9)]
+
+register("loss_positions_answer", probe_answers(_LOSS_POSITIONS_CASES))
+register("cross_weights_shape_answer", probe_answers(_CROSS_SHAPE_CASES))

@@ -22,6 +22,7 @@ from autograder.checks.core import (
     attempt_facts,
     load_weights,
     plain,
+    probe_answers,
     probe_projections,
     projection_weights,
     register,
@@ -295,3 +296,13 @@ register("CausalSelfAttention_projections", probe_projections)
 register("CausalSelfAttention_forward", _probe_forward)
 register("CausalSelfAttention_no_future_leak", _probe_leak)
 register("CausalSelfAttention_padding_invariance", _probe_invariance)
+
+
+# ================================================================ concept checks
+
+_MASKED_SHAPES_CASES = [(9, 768), (1, 64), (128, 16)]
+_VISIBLE_KEYS_CASES = [([5, 3, 9, 7, 0, 0], 0, 3), ([4, 4, 1, 1, 1, 1], 1, 5), ([8, 6, 0], 0, 2),
+                       ([6, 2, 7, 0], 0, 1)]
+
+register("masked_attention_shapes_answer", probe_answers(_MASKED_SHAPES_CASES))
+register("visible_keys_answer", probe_answers(_VISIBLE_KEYS_CASES))

@@ -25,6 +25,7 @@ from autograder.checks.core import (
     attempt,
     linear_facts,
     observe_contract,
+    probe_answers,
     register,
     seeded,
     seeded_mask,
@@ -337,3 +338,12 @@ def _probe_errors(student: Any) -> Observations:
 
 
 register("MultiHeadAttention_errors", _probe_errors)
+
+
+# ================================================================ concept checks
+
+_HEAD_SHAPE_CASES = [(12, 1024, 16), (3, 60, 5), (20, 256, 1)]
+_PARAMETER_CASES = [(512, 8), (64, 4), (100, 5)]
+
+register("head_query_shape_answer", probe_answers(_HEAD_SHAPE_CASES))
+register("attention_parameters_answer", probe_answers(_PARAMETER_CASES))

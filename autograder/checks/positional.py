@@ -20,6 +20,7 @@ from autograder.checks.core import (
     attempt,
     attempt_facts,
     observe_contract,
+    probe_answers,
     register,
     seeded,
 )
@@ -305,3 +306,17 @@ def _probe_rope_errors(student: Any) -> Observations:
 register("apply_rotary_relative", _probe_rope_relative)
 register("apply_rotary_contract", _probe_rope_contract)
 register("apply_rotary_errors", _probe_rope_errors)
+
+
+# ================================================================ concept checks
+
+_ENCODED_SHAPE_CASES = [(3, 7, 64), (8, 128, 16), (1, 1, 2)]
+_WITHOUT_POSITIONS_CASES = [
+    (["a", "b", "a"], ["a", "a", "b"]),
+    (["a", "b", "a"], ["a", "b", "b"]),
+    (["x", "y", "z", "w"], ["w", "z", "y", "x"]),
+    (["the", "cat", "sat"], ["the", "cat", "sat", "down"]),
+]
+
+register("encoded_shape_answer", probe_answers(_ENCODED_SHAPE_CASES))
+register("same_without_positions_answer", probe_answers(_WITHOUT_POSITIONS_CASES))

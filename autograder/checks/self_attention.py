@@ -20,6 +20,7 @@ from autograder.checks.core import (
     load_weights,
     observe_contract,
     plain,
+    probe_answers,
     probe_projections,
     projection_weights,
     recording_torch_calls,
@@ -212,3 +213,12 @@ def _probe_module_gradients(student: Any) -> Observations:
 register("SelfAttention_projections", probe_projections)
 register("SelfAttention_forward", _probe_forward)
 register("SelfAttention_gradients", _probe_module_gradients)
+
+
+# ================================================================ concept checks
+
+_SCORE_POSITION_CASES = [(2, 5), (6, 1), (0, 9)]
+_SCORE_COUNT_CASES = [(4096,), (2,), (50,)]
+
+register("score_position_answer", probe_answers(_SCORE_POSITION_CASES))
+register("score_count_answer", probe_answers(_SCORE_COUNT_CASES))

@@ -34,6 +34,7 @@ from autograder.checks.core import (
     attempt,
     linear_facts,
     plain,
+    probe_answers,
     register,
     seeded,
 )
@@ -736,3 +737,12 @@ register("greedy_decode_tokens", _probe_greedy(_TOKEN_CASES))
 register("greedy_decode_stops", _probe_greedy(_STOP_CASES))
 register("greedy_decode_max_len", _probe_greedy(_MAX_LEN_CASES))
 register("greedy_decode_eval_mode", _probe_greedy(_TOKEN_CASES[:1]))
+
+
+# ================================================================ concept checks
+
+_DECODER_PASSES_CASES = [(3,), (40,), (7,)]
+_SCORED_POSITIONS_CASES = [(3,), (8,), (20,)]
+
+register("decoder_passes_answer", probe_answers(_DECODER_PASSES_CASES))
+register("scored_positions_answer", probe_answers(_SCORED_POSITIONS_CASES))

@@ -17,7 +17,7 @@ submission.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from attention_course.testing import (
     MODIFIED_IN_PLACE,
     NO_RETURN,
     NO_VALUE_ERROR,
+    answer_value,
     named,
 )
 from autograder.checks.core import (
@@ -225,6 +226,28 @@ def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
     for observed, judge in pairs:
         if isinstance(observed, Raised):
             judge(observed)
+
+
+def judge_answers(obs: Observations, cases: Sequence[tuple], reference: Callable[..., Any],
+                  suspects: Callable[..., dict[str, Any]], what: Callable[..., str]) -> None:
+    """Judge a concept check (probe: :func:`autograder.checks.core.probe_answers`) case by case.
+
+    ``suspects(*args)`` maps a message ending with a misconception's name to the answer that misconception
+    gives for those arguments; ``what(*args)`` names the question asked, e.g. ``"score_count(4096)"``.
+    """
+    for args, got in zip(cases, obs["answers"], strict=True):
+        asked = what(*args)
+        if isinstance(got, Raised):
+            raise Mistake(f"{asked} {got.describe()}")
+        if got is None:
+            raise Mistake(named(f"{asked} is None — did you forget to `return` the answer?", NO_RETURN))
+        expected = answer_value(reference(*args))
+        if got == expected:
+            continue
+        for message, candidate in suspects(*args).items():
+            if got == answer_value(candidate):
+                raise Mistake(f"{asked} is {got!r}: {message}")
+        raise Mistake(f"{asked} is {got!r}, expected {expected!r}")
 
 
 def first_index(found: Tensor) -> tuple[int, ...]:

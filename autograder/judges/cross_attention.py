@@ -21,7 +21,9 @@ from autograder.checks.cross_attention import (
     _CE_CASES,
     _CE_CONTRACT,
     _CROSS_CONTRACT,
+    _CROSS_SHAPE_CASES,
     _FORWARD_CASES,
+    _LOSS_POSITIONS_CASES,
     _MASK_CASES,
     _SHAPE_CASES,
     _SHIFT_CASES,
@@ -35,6 +37,7 @@ from autograder.checks.cross_attention import (
 from autograder.judges.core import (
     Suspect,
     contract_check,
+    judge_answers,
     judge_cases,
     judge_projections,
     judge_tensor,
@@ -448,3 +451,33 @@ def _judge_ce_errors(obs: Observations) -> None:
 
 
 register("sequence_cross_entropy_errors", _judge_ce_errors)
+
+
+# ================================================================ concept checks
+
+def _loss_positions_suspects(lengths: list[int]) -> dict[str, Any]:
+    return {
+        "with teacher forcing the decoder predicts every position at once and the loss scores every one, each real "
+        "token and each <end>; only generation looks at the last position alone (loss on the last token only)":
+            len(lengths),
+        "each sentence's <end> is a prediction too, the one that teaches the model to stop (the end token not scored)":
+            sum(lengths),
+        "padded positions are not scored: the loss ignores pad_id (padding scored)": len(lengths) * (max(lengths) + 1),
+    }
+
+
+def _cross_shape_suspects(t_tgt: int, t_src: int) -> dict[str, Any]:
+    return {
+        "the queries come from the decoder, so the rows belong to the target's tokens and the columns to the "
+        "source's (queries taken from the encoder)": (t_src, t_tgt),
+        "the keys come from the encoder's output, one column per source token (keys taken from the decoder)":
+            (t_tgt, t_tgt),
+    }
+
+
+register("loss_positions_answer", lambda obs: judge_answers(
+    obs, _LOSS_POSITIONS_CASES, ref.loss_positions, _loss_positions_suspects,
+    lambda lengths: f"loss_positions({lengths})"))
+register("cross_weights_shape_answer", lambda obs: judge_answers(
+    obs, _CROSS_SHAPE_CASES, ref.cross_weights_shape, _cross_shape_suspects,
+    lambda t_tgt, t_src: f"cross_weights_shape(t_tgt={t_tgt}, t_src={t_src})"))

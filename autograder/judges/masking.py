@@ -34,16 +34,19 @@ from autograder.checks.masking import (
     _GRAD_CASE,
     _INVARIANCE_CASES,
     _LEAK_CASES,
+    _MASKED_SHAPES_CASES,
     _NONE_CASES,
     _OFFSET,
     _PADDING_CASES,
     _SQUARE,
+    _VISIBLE_KEYS_CASES,
     _pad,
     _tril,
 )
 from autograder.judges.core import (
     Suspect,
     first_index,
+    judge_answers,
     judge_cases,
     judge_projections,
     judge_tensor,
@@ -570,3 +573,39 @@ register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "
 register("CausalSelfAttention_forward", _judge_forward)
 register("CausalSelfAttention_no_future_leak", _judge_leak)
 register("CausalSelfAttention_padding_invariance", _judge_invariance)
+
+
+# ================================================================ concept checks
+
+def _masked_shapes_suspects(n: int, d: int) -> dict[str, Any]:
+    return {
+        f"the weights compare every token with every token, so they are {n} × {n}; only the output, weights @ V, is "
+        f"{n} × {d} (weights taken to be T × d_model)": ((n, d), (n, d)),
+        "the output is the weights times V, one d_model-wide vector per token (output taken to be T × T)":
+            ((n, n), (n, n)),
+        "the weights come first, then the output (weights and output swapped)": ((n, d), (n, n)),
+        f"the mask sets the blocked weights to zero, it does not remove them: the weights stay {n} × {n} "
+        f"(masked entries taken as removed)": ((n * (n + 1) // 2,), (n, d)),
+    }
+
+
+def _visible_keys_suspects(tokens: list[int], pad_id: int, query: int) -> dict[str, Any]:
+    real = [key for key, token in enumerate(tokens) if token != pad_id]
+    return {
+        "a query may not attend a later key: the look-ahead mask keeps keys 0..query (look-ahead mask left out)":
+            tuple(real),
+        "a token may attend itself: the causal mask keeps the diagonal (diagonal masked)":
+            tuple(key for key in real if key < query),
+        "a padded key is hidden from every query by the padding mask (padding mask left out)": tuple(range(query + 1)),
+        "the padding mask hides padded keys, not queries: a padded query still attends the real tokens before it, "
+        "and the loss ignores its output (padding applied to the queries)":
+            () if tokens[query] == pad_id else tuple(key for key in real if key <= query),
+    }
+
+
+register("masked_attention_shapes_answer", lambda obs: judge_answers(
+    obs, _MASKED_SHAPES_CASES, ref.masked_attention_shapes, _masked_shapes_suspects,
+    lambda n, d: f"masked_attention_shapes({n}, {d})"))
+register("visible_keys_answer", lambda obs: judge_answers(
+    obs, _VISIBLE_KEYS_CASES, ref.visible_keys, _visible_keys_suspects,
+    lambda tokens, pad_id, query: f"visible_keys({tokens}, {pad_id}, query={query})"))

@@ -28,8 +28,10 @@ from autograder.checks.multi_head import (
     _DROPOUT_CASE,
     _FORWARD_CASES,
     _HEAD_CASE,
+    _HEAD_SHAPE_CASES,
     _MASK_CASES,
     _MERGE_CASES,
+    _PARAMETER_CASES,
     _ROUNDTRIP_CASES,
     _SHAPE_CASES,
     _SHAPE_SEED,
@@ -44,6 +46,7 @@ from autograder.checks.multi_head import (
 )
 from autograder.judges.core import (
     Suspect,
+    judge_answers,
     judge_cases,
     judge_tensor,
     judge_value_error,
@@ -608,3 +611,35 @@ def _judge_errors(obs: Observations) -> None:
 
 
 register("MultiHeadAttention_errors", _judge_errors)
+
+
+# ================================================================ concept checks
+
+def _head_shape_suspects(n: int, d_model: int, n_heads: int) -> dict[str, Any]:
+    return {
+        f"each head works in d_model / n_heads dimensions; only the concatenation of the {n_heads} heads is "
+        f"{d_model} wide (one head taken to be d_model wide)": (n, d_model),
+        "that is the shape of all the heads together, after split_heads; one head's queries have no head axis "
+        "(all the heads taken for one)": (n_heads, n, d_model // n_heads),
+    }
+
+
+def _parameter_suspects(d: int, n_heads: int) -> dict[str, Any]:
+    d_head = d // n_heads
+    return {
+        "the heads share out the d_model-wide projections between them: more heads, the same four projections, the "
+        "same parameters (parameters multiplied by the heads)": n_heads * 4 * (d * d + d),
+        "each of the four projections has a bias of d_model numbers too (biases left out)": 4 * d * d,
+        "there are four projections: w_q, w_k, w_v and the output projection w_o (output projection left out)":
+            3 * (d * d + d),
+        "each projection maps d_model to d_model, for all the heads at once, not to one head's width "
+        "(projections one head wide)": 4 * (d * d_head + d_head),
+    }
+
+
+register("head_query_shape_answer", lambda obs: judge_answers(
+    obs, _HEAD_SHAPE_CASES, ref.head_query_shape, _head_shape_suspects,
+    lambda n, d, h: f"head_query_shape({n}, d_model={d}, n_heads={h})"))
+register("attention_parameters_answer", lambda obs: judge_answers(
+    obs, _PARAMETER_CASES, ref.attention_parameters, _parameter_suspects,
+    lambda d, h: f"attention_parameters({d}, n_heads={h})"))

@@ -24,6 +24,7 @@ from autograder.checks.core import Mistake, Observations, Raised
 from autograder.checks.positional import (
     _BUFFER_D,
     _BUFFER_LEN,
+    _ENCODED_SHAPE_CASES,
     _LEARNED_CASES,
     _LEARNED_CONTRACT,
     _PROPERTY_D,
@@ -35,11 +36,13 @@ from autograder.checks.positional import (
     _SPE_CASES,
     _SPE_MAX,
     _TABLE_CASES,
+    _WITHOUT_POSITIONS_CASES,
     BASE,
     _learned_weights,
 )
 from autograder.judges.core import (
     Suspect,
+    judge_answers,
     judge_cases,
     judge_tensor,
     judge_value_error,
@@ -666,3 +669,29 @@ def _judge_rope_errors(obs: Observations) -> None:
 register("apply_rotary_relative", _judge_rope_relative)
 register("apply_rotary_contract", _judge_rope_contract)
 register("apply_rotary_errors", _judge_rope_errors)
+
+
+# ================================================================ concept checks
+
+def _encoded_shape_suspects(batch: int, n: int, d: int) -> dict[str, Any]:
+    return {
+        "the original transformer adds the positional encoding to the token vectors, so the width stays d_model "
+        "(positions concatenated instead of added)": (batch, n, 2 * d),
+    }
+
+
+def _without_positions_suspects(a: list[str], b: list[str]) -> dict[str, Any]:
+    return {
+        "without positions self-attention sees a sentence as a bag of words: reorder the words and each word's "
+        "output is the same, only moved (self-attention taken to see word order)": a == b,
+        "a repeated word is one more key and value: it changes the softmax's weights, so how many times each word "
+        "occurs matters, not only which words occur (repeated words counted once)": set(a) == set(b),
+    }
+
+
+register("encoded_shape_answer", lambda obs: judge_answers(
+    obs, _ENCODED_SHAPE_CASES, ref.encoded_shape, _encoded_shape_suspects,
+    lambda b, n, d: f"encoded_shape(batch={b}, n_tokens={n}, d_model={d})"))
+register("same_without_positions_answer", lambda obs: judge_answers(
+    obs, _WITHOUT_POSITIONS_CASES, ref.same_without_positions, _without_positions_suspects,
+    lambda a, b: f"same_without_positions({' '.join(a)!r}, {' '.join(b)!r})"))

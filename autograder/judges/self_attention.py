@@ -19,6 +19,8 @@ from autograder.checks.core import Mistake, Observations, Raised, load_weights, 
 from autograder.checks.self_attention import (
     _FORWARD_CASES,
     _SCORE_CASES,
+    _SCORE_COUNT_CASES,
+    _SCORE_POSITION_CASES,
     _SCORES_CONTRACT,
     _SDPA_CONTRACT,
     _SOFTMAX_CONTRACT,
@@ -29,6 +31,7 @@ from autograder.checks.self_attention import (
 from autograder.judges.core import (
     Suspect,
     contract_check,
+    judge_answers,
     judge_cases,
     judge_projections,
     judge_tensor,
@@ -388,3 +391,29 @@ def _judge_module_gradients(obs: Observations) -> None:
 register("SelfAttention_projections", lambda obs: judge_projections(obs, "SelfAttention"))
 register("SelfAttention_forward", _judge_forward)
 register("SelfAttention_gradients", _judge_module_gradients)
+
+
+# ================================================================ concept checks
+
+def _score_position_suspects(query: int, key: int) -> dict[str, Any]:
+    return {
+        "row i of Q Kᵀ holds query i's dot products, so the row is the query's and the column the key's; K Qᵀ is "
+        "the transpose, not the same matrix (K·Qᵀ for Q·Kᵀ)": (key, query),
+        "positions count from 0, as Python's indices do (positions counted from 1)": (query + 1, key + 1),
+    }
+
+
+def _score_count_suspects(n: int) -> dict[str, Any]:
+    return {
+        "every query is compared with every key, so doubling the length quadruples the work and the memory: a "
+        "context is not free, let alone infinite (cost taken as linear in the length)": n,
+        "without a mask every query meets every key; the causal mask of Chapter 2 blocks the upper half, but even "
+        "then all n × n scores are computed (only the causal half counted)": n * (n + 1) // 2,
+        "a token's query meets its own key too (own score left out)": n * (n - 1),
+    }
+
+
+register("score_position_answer", lambda obs: judge_answers(
+    obs, _SCORE_POSITION_CASES, ref.score_position, _score_position_suspects, lambda q, k: f"score_position({q}, {k})"))
+register("score_count_answer", lambda obs: judge_answers(
+    obs, _SCORE_COUNT_CASES, ref.score_count, _score_count_suspects, lambda n: f"score_count({n})"))

@@ -28,6 +28,7 @@ from autograder.checks.transformer import (
     _DEC_MASK_CASES,
     _DEC_POST,
     _DEC_PRE,
+    _DECODER_PASSES_CASES,
     _ENC_DROP,
     _ENC_MASK_CASES,
     _ENC_POST,
@@ -38,6 +39,7 @@ from autograder.checks.transformer import (
     _MODEL_CASES,
     _PAD_CASES,
     _PARTS_CONFIG,
+    _SCORED_POSITIONS_CASES,
     _STOP_CASES,
     _TOKEN_CASES,
     CONFIG_FIELDS,
@@ -53,7 +55,7 @@ from autograder.checks.transformer import (
     load_feed_forward,
     load_model,
 )
-from autograder.judges.core import Suspect, judge_cases, judge_tensor, judge_value_error, register
+from autograder.judges.core import Suspect, judge_answers, judge_cases, judge_tensor, judge_value_error, register
 from solutions import transformer as ref
 from solutions.masking import causal_mask, combine_masks, padding_mask
 from solutions.positional import sinusoidal_encoding
@@ -873,3 +875,31 @@ register("greedy_decode_tokens", _judge_greedy(_TOKEN_CASES, prefix=True))
 register("greedy_decode_stops", _judge_greedy(_STOP_CASES, prefix=False))
 register("greedy_decode_max_len", _judge_greedy(_MAX_LEN_CASES, prefix=False))
 register("greedy_decode_eval_mode", _judge_eval_mode)
+
+
+# ================================================================ concept checks
+
+def _decoder_passes_suspects(n: int) -> dict[str, Any]:
+    return {
+        "with teacher forcing the whole shifted target goes in at once, and the causal mask keeps each position from "
+        "the later ones: one pass scores every position (teacher forcing taken to run token by token)": (n, n),
+        "generation cannot know token t + 1 before it has chosen token t: without a cache it runs the decoder once "
+        "per new token (generation taken as one pass)": (1, 1),
+        "training takes one pass, generation one per token (training and generation swapped)": (n, 1),
+    }
+
+
+def _scored_positions_suspects(n: int) -> dict[str, Any]:
+    return {
+        "in training every position is predicted and scored; only generation reads the last position alone "
+        "(loss on the last token only)": ((n - 1,), n - 1),
+        "the next token comes from the last position, the only one that has seen the whole prefix "
+        "(first position read when generating)": (tuple(range(n)), 0),
+    }
+
+
+register("decoder_passes_answer", lambda obs: judge_answers(
+    obs, _DECODER_PASSES_CASES, ref.decoder_passes, _decoder_passes_suspects, lambda n: f"decoder_passes({n})"))
+register("scored_positions_answer", lambda obs: judge_answers(
+    obs, _SCORED_POSITIONS_CASES, ref.scored_positions, _scored_positions_suspects,
+    lambda n: f"scored_positions({n})"))

@@ -477,6 +477,40 @@ def ce_logsumexp(logits, targets, pad_id):
     return (nll * keep).sum() / keep.sum()
 
 
+# ================================================================ concept checks
+
+
+def loss_last_token_only(lengths):
+    return len(lengths)
+
+
+def loss_without_end(lengths):
+    return sum(lengths)
+
+
+def loss_with_padding(lengths):
+    return len(lengths) * (max(lengths) + 1)
+
+
+def cross_shape_transposed(t_tgt, t_src):
+    return t_src, t_tgt
+
+
+def cross_shape_decoder_keys(t_tgt, t_src):
+    return t_tgt, t_tgt
+
+
+def loss_from_the_targets(lengths):
+    tgt = torch.zeros(len(lengths), max(lengths) + 1, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        tgt[row, : length + 1] = 1
+    return int((tgt != 0).sum())
+
+
+def cross_shape_from_tensors(t_tgt, t_src):
+    return (torch.zeros(t_tgt, 4) @ torch.zeros(t_src, 4).T).shape
+
+
 WRONG = [
     Entry("CrossAttention", "keys and values taken from the decoder", CrossAttentionSelf,
           "self-attention instead of cross-attention", "CrossAttention_forward"),
@@ -558,6 +592,14 @@ WRONG = [
           "sequence_cross_entropy_errors"),
     Entry("sequence_cross_entropy", "dtype changed to float32", ce_float32, DTYPE_CHANGED,
           "sequence_cross_entropy_gradients"),
+    Entry("loss_positions", "last token only", loss_last_token_only, "loss on the last token only",
+          "loss_positions_answer"),
+    Entry("loss_positions", "<end> not counted", loss_without_end, "the end token not scored", "loss_positions_answer"),
+    Entry("loss_positions", "padding counted", loss_with_padding, "padding scored", "loss_positions_answer"),
+    Entry("cross_weights_shape", "source rows, target columns", cross_shape_transposed,
+          "queries taken from the encoder", "cross_weights_shape_answer"),
+    Entry("cross_weights_shape", "target × target", cross_shape_decoder_keys, "keys taken from the decoder",
+          "cross_weights_shape_answer"),
 ]
 
 CORRECT = [
@@ -575,4 +617,6 @@ CORRECT = [
     Entry("sequence_cross_entropy", "log_softmax, gather and a mask", ce_manual_mask),
     Entry("sequence_cross_entropy", "F.cross_entropy on the selected rows", ce_selected_rows),
     Entry("sequence_cross_entropy", "logsumexp minus the target's logit", ce_logsumexp),
+    Entry("loss_positions", "counted on a padded target", loss_from_the_targets),
+    Entry("cross_weights_shape", "torch.Size of a real product", cross_shape_from_tensors),
 ]

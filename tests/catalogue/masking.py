@@ -557,6 +557,56 @@ class CausalTorchSDPA(_Projections):
         return out, weights
 
 
+# ================================================================ concept checks
+
+
+def shapes_weights_t_by_d(n_tokens, d_model):
+    return (n_tokens, d_model), (n_tokens, d_model)
+
+
+def shapes_output_t_by_t(n_tokens, d_model):
+    return (n_tokens, n_tokens), (n_tokens, n_tokens)
+
+
+def shapes_swapped(n_tokens, d_model):
+    return (n_tokens, d_model), (n_tokens, n_tokens)
+
+
+def shapes_masked_removed(n_tokens, d_model):
+    return (n_tokens * (n_tokens + 1) // 2,), (n_tokens, d_model)
+
+
+def keys_no_look_ahead(tokens, pad_id, query):
+    return tuple(key for key, token in enumerate(tokens) if token != pad_id)
+
+
+def keys_diagonal_masked(tokens, pad_id, query):
+    return tuple(key for key in range(query) if tokens[key] != pad_id)
+
+
+def keys_no_padding(tokens, pad_id, query):
+    return tuple(range(query + 1))
+
+
+def keys_padding_on_queries(tokens, pad_id, query):
+    if tokens[query] == pad_id:
+        return ()
+    return tuple(key for key in range(query + 1) if tokens[key] != pad_id)
+
+
+def shapes_from_tensors(n_tokens, d_model):
+    q = k = v = torch.zeros(n_tokens, d_model)
+    weights = (q @ k.T).masked_fill(~torch.ones(n_tokens, n_tokens, dtype=torch.bool).tril(), float("-inf"))
+    weights = weights.softmax(dim=-1)
+    return weights.shape, (weights @ v).shape
+
+
+def keys_from_the_masks(tokens, pad_id, query):
+    t = torch.tensor([tokens])
+    mask = torch.ones(len(tokens), len(tokens), dtype=torch.bool).tril() & (t != pad_id).unsqueeze(1)
+    return mask[0, query].nonzero().flatten().tolist()
+
+
 WRONG = [
     # causal_mask
     Entry("causal_mask", "upper instead of lower triangle", causal_upper, "upper instead of lower triangle",
@@ -651,6 +701,19 @@ WRONG = [
           "NaN on fully masked rows", "CausalSelfAttention_padding_invariance"),
     Entry("CausalSelfAttention", "additive -inf mask: NaN gradient on fully masked rows", CausalAdditiveNaNGradient,
           "NaN gradient on fully masked rows", "CausalSelfAttention_forward"),
+    Entry("masked_attention_shapes", "weights T × d_model", shapes_weights_t_by_d, "weights taken to be T × d_model",
+          "masked_attention_shapes_answer"),
+    Entry("masked_attention_shapes", "output T × T", shapes_output_t_by_t, "output taken to be T × T",
+          "masked_attention_shapes_answer"),
+    Entry("masked_attention_shapes", "output first", shapes_swapped, "weights and output swapped",
+          "masked_attention_shapes_answer"),
+    Entry("masked_attention_shapes", "masked entries removed", shapes_masked_removed,
+          "masked entries taken as removed", "masked_attention_shapes_answer"),
+    Entry("visible_keys", "later keys kept", keys_no_look_ahead, "look-ahead mask left out", "visible_keys_answer"),
+    Entry("visible_keys", "the diagonal masked", keys_diagonal_masked, "diagonal masked", "visible_keys_answer"),
+    Entry("visible_keys", "padding not masked", keys_no_padding, "padding mask left out", "visible_keys_answer"),
+    Entry("visible_keys", "padded queries see nothing", keys_padding_on_queries, "padding applied to the queries",
+          "visible_keys_answer"),
 ]
 
 CORRECT = [
@@ -671,4 +734,6 @@ CORRECT = [
     Entry("CausalSelfAttention", "causal_mask & pad_mask", CausalAnd),
     Entry("CausalSelfAttention", "einsum, masked_fill, softmax and nan_to_num", CausalManualMaskedFill),
     Entry("CausalSelfAttention", "F.scaled_dot_product_attention for out", CausalTorchSDPA),
+    Entry("masked_attention_shapes", "read off real tensors", shapes_from_tensors),
+    Entry("visible_keys", "read off the combined mask (a list)", keys_from_the_masks),
 ]

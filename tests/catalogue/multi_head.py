@@ -495,6 +495,43 @@ class MHAUnflatten(_Heads):
         return self.finish(weights, v)
 
 
+# ================================================================ concept checks
+
+
+def head_shape_full_width(n_tokens, d_model, n_heads):
+    return n_tokens, d_model
+
+
+def head_shape_all_heads(n_tokens, d_model, n_heads):
+    return n_heads, n_tokens, d_model // n_heads
+
+
+def parameters_per_head(d_model, n_heads):
+    return n_heads * 4 * (d_model * d_model + d_model)
+
+
+def parameters_without_bias(d_model, n_heads):
+    return 4 * d_model * d_model
+
+
+def parameters_without_output(d_model, n_heads):
+    return 3 * (d_model * d_model + d_model)
+
+
+def parameters_one_head_wide(d_model, n_heads):
+    d_head = d_model // n_heads
+    return 4 * (d_model * d_head + d_head)
+
+
+def head_shape_from_split(n_tokens, d_model, n_heads):
+    x = torch.zeros(1, n_tokens, d_model)
+    return split_heads(x, n_heads)[0, 0].shape
+
+
+def parameters_counted(d_model, n_heads):
+    return sum(p.numel() for p in nn.MultiheadAttention(d_model, n_heads).parameters())
+
+
 WRONG = [
     Entry("split_heads", "view without transpose", split_view_no_transpose, "view without transpose",
           "split_heads_values"),
@@ -558,6 +595,18 @@ WRONG = [
           "weights returned before dropout", "MultiHeadAttention_dropout"),
     Entry("MultiHeadAttention", "the helper's out with dropped weights", MHAHelperOutput,
           "output not computed from the dropped weights", "MultiHeadAttention_dropout"),
+    Entry("head_query_shape", "one head d_model wide", head_shape_full_width, "one head taken to be d_model wide",
+          "head_query_shape_answer"),
+    Entry("head_query_shape", "all the heads' shape", head_shape_all_heads, "all the heads taken for one",
+          "head_query_shape_answer"),
+    Entry("attention_parameters", "times the heads", parameters_per_head, "parameters multiplied by the heads",
+          "attention_parameters_answer"),
+    Entry("attention_parameters", "no biases", parameters_without_bias, "biases left out",
+          "attention_parameters_answer"),
+    Entry("attention_parameters", "three projections", parameters_without_output, "output projection left out",
+          "attention_parameters_answer"),
+    Entry("attention_parameters", "projections one head wide", parameters_one_head_wide, "projections one head wide",
+          "attention_parameters_answer"),
 ]
 
 CORRECT = [
@@ -573,4 +622,6 @@ CORRECT = [
     Entry("MultiHeadAttention", "F.scaled_dot_product_attention for out, weights computed separately", MHAFastPath),
     Entry("MultiHeadAttention", "einsum", MHAEinsum),
     Entry("MultiHeadAttention", "unflatten and transpose, head axis only for 3-D masks", MHAUnflatten),
+    Entry("head_query_shape", "read off split_heads", head_shape_from_split),
+    Entry("attention_parameters", "counted on nn.MultiheadAttention", parameters_counted),
 ]

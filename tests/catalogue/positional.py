@@ -659,6 +659,30 @@ def rope_matrices(x: Tensor, positions: Tensor | None = None, base: float = 1000
     return torch.einsum("...ij,...j->...i", rotations, pairs).reshape(*lead, t, d).to(x.dtype)
 
 
+# ================================================================ concept checks
+
+
+def encoded_shape_concatenated(batch, n_tokens, d_model):
+    return batch, n_tokens, 2 * d_model
+
+
+def same_in_order(sentence_a, sentence_b):
+    return sentence_a == sentence_b
+
+
+def same_words(sentence_a, sentence_b):
+    return set(sentence_a) == set(sentence_b)
+
+
+def encoded_shape_from_a_tensor(batch, n_tokens, d_model):
+    x = torch.zeros(batch, n_tokens, d_model)
+    return (x + torch.zeros(n_tokens, d_model)).shape
+
+
+def same_counts(sentence_a, sentence_b):
+    return all(sentence_a.count(w) == sentence_b.count(w) for w in sentence_a + sentence_b)
+
+
 WRONG = [
     Entry("sinusoidal_encoding", "sin and cos swapped", se_swapped, "sin and cos swapped",
           "sinusoidal_encoding_values"),
@@ -767,6 +791,12 @@ WRONG = [
           "apply_rotary_positions"),
     Entry("apply_rotary", "T taken from x.shape[1]", rope_t_from_axis_1, "T taken from the wrong axis",
           "apply_rotary_values"),
+    Entry("encoded_shape", "positions concatenated", encoded_shape_concatenated,
+          "positions concatenated instead of added", "encoded_shape_answer"),
+    Entry("same_without_positions", "word order matters", same_in_order, "self-attention taken to see word order",
+          "same_without_positions_answer"),
+    Entry("same_without_positions", "the same set of words", same_words, "repeated words counted once",
+          "same_without_positions_answer"),
 ]
 
 CORRECT = [
@@ -782,4 +812,6 @@ CORRECT = [
     Entry("apply_rotary", "complex numbers with view_as_complex", rope_complex),
     Entry("apply_rotary", "precomputed cos/sin and an interleaved rotate", rope_precomputed),
     Entry("apply_rotary", "a 2x2 rotation matrix per pair with einsum", rope_matrices),
+    Entry("encoded_shape", "read off a broadcast sum", encoded_shape_from_a_tensor),
+    Entry("same_without_positions", "word counts compared", same_counts),
 ]

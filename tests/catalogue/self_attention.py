@@ -505,6 +505,41 @@ class SelfAttentionInline(nn.Module):
         return weights @ v, weights
 
 
+# ================================================================ concept checks
+
+
+def score_position_transposed(query, key):
+    return key, query
+
+
+def score_position_from_one(query, key):
+    return query + 1, key + 1
+
+
+def score_count_linear(n_tokens):
+    return n_tokens
+
+
+def score_count_causal_half(n_tokens):
+    return n_tokens * (n_tokens + 1) // 2
+
+
+def score_count_without_own(n_tokens):
+    return n_tokens * (n_tokens - 1)
+
+
+def score_position_list(query, key):
+    return [query, key]
+
+
+def score_count_power(n_tokens):
+    return n_tokens**2
+
+
+def score_count_from_a_matrix(n_tokens):
+    return torch.ones(n_tokens, n_tokens).numel()
+
+
 WRONG = [
     Entry("softmax", "softmax over the wrong axis", softmax_axis_zero, "softmax over the wrong axis",
           "softmax_sums_to_one", also=("NaN on fully masked rows",)),
@@ -576,6 +611,14 @@ WRONG = [
           "SelfAttention_forward"),
     Entry("SelfAttention", "w_q frozen by torch.no_grad", SelfAttentionFrozenQuery, GRAPH_CUT,
           "SelfAttention_gradients"),
+    Entry("score_position", "K Qᵀ: key first", score_position_transposed, "K·Qᵀ for Q·Kᵀ", "score_position_answer"),
+    Entry("score_position", "positions counted from 1", score_position_from_one, "positions counted from 1",
+          "score_position_answer"),
+    Entry("score_count", "linear in the length", score_count_linear, "cost taken as linear in the length",
+          "score_count_answer"),
+    Entry("score_count", "only the causal half", score_count_causal_half, "only the causal half counted",
+          "score_count_answer"),
+    Entry("score_count", "own score left out", score_count_without_own, "own score left out", "score_count_answer"),
 ]
 
 CORRECT = [
@@ -592,4 +635,7 @@ CORRECT = [
     Entry("scaled_dot_product_attention", "torch.softmax then nan_to_num", sdpa_softmax_nan_to_num),
     Entry("SelfAttention", "F.linear and setattr", SelfAttentionFunctional),
     Entry("SelfAttention", "attention written inline with einsum", SelfAttentionInline),
+    Entry("score_position", "a list", score_position_list),
+    Entry("score_count", "n ** 2", score_count_power),
+    Entry("score_count", "counted from a tensor (a torch int)", score_count_from_a_matrix),
 ]

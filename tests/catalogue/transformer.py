@@ -1011,6 +1011,38 @@ def greedy_with_forward(model, src, start_id, end_id, max_len):
 
 # ================================================================ the catalogue
 
+# ================================================================ concept checks
+
+
+def passes_token_by_token(n_tokens):
+    return n_tokens, n_tokens
+
+
+def passes_generation_in_one(n_tokens):
+    return 1, 1
+
+
+def passes_swapped(n_tokens):
+    return n_tokens, 1
+
+
+def positions_last_only(n_tokens):
+    return (n_tokens - 1,), n_tokens - 1
+
+
+def positions_first_when_generating(n_tokens):
+    return tuple(range(n_tokens)), 0
+
+
+def passes_as_a_list(n_tokens):
+    return [1, n_tokens]
+
+
+def positions_from_a_range(n_tokens):
+    positions = torch.arange(n_tokens)
+    return positions.tolist(), positions[-1]
+
+
 WRONG = [
     Entry("FeedForward", "ReLU missing", FFNoRelu, "ReLU missing", "FeedForward_forward"),
     Entry("FeedForward", "ReLU after the second Linear", FFReluAfter, "ReLU after the second Linear",
@@ -1094,6 +1126,16 @@ WRONG = [
           "greedy_decode_eval_mode"),
     Entry("greedy_decode", "start token dropped", greedy_without_start, "start_id missing", "greedy_decode_tokens"),
     Entry("greedy_decode", "float token buffer", greedy_float_buffer, "token ids not int64", "greedy_decode_tokens"),
+    Entry("decoder_passes", "training token by token", passes_token_by_token,
+          "teacher forcing taken to run token by token", "decoder_passes_answer"),
+    Entry("decoder_passes", "generation in one pass", passes_generation_in_one, "generation taken as one pass",
+          "decoder_passes_answer"),
+    Entry("decoder_passes", "training and generation swapped", passes_swapped, "training and generation swapped",
+          "decoder_passes_answer"),
+    Entry("scored_positions", "loss on the last token", positions_last_only, "loss on the last token only",
+          "scored_positions_answer"),
+    Entry("scored_positions", "first position when generating", positions_first_when_generating,
+          "first position read when generating", "scored_positions_answer"),
 ]
 
 CORRECT = [
@@ -1110,4 +1152,6 @@ CORRECT = [
     Entry("greedy_decode", "preallocated buffer", greedy_preallocated),
     Entry("greedy_decode", "row by row", greedy_row_by_row),
     Entry("greedy_decode", "forward at every step", greedy_with_forward),
+    Entry("decoder_passes", "a list", passes_as_a_list),
+    Entry("scored_positions", "a list and a tensor", positions_from_a_range),
 ]
