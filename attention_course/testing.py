@@ -139,7 +139,7 @@ def answer_value(x: object) -> object:
     Lists, ranges and shapes become tuples; tensors and NumPy values become numbers or tuples (through
     ``tolist``); sets become sorted tuples. Numbers, strings, booleans and ``None`` stay as they are.
     """
-    if isinstance(x, (bool, int, float, str)) or x is None:
+    if x is None or isinstance(x, (str, bool, int, float)):
         return x
     if isinstance(x, (set, frozenset)):
         try:
@@ -166,7 +166,7 @@ def assert_answer(actual: object, expected: object, what: str, suspects: Mapping
     if got == want:
         return
     for message, candidate in (suspects or {}).items():
-        if got == answer_value(candidate):
+        if answer_value(candidate) == got:
             fail(f"{what} is {got!r}: {message}")
     fail(f"{what} is {got!r}, expected {want!r}{' — ' + hint if hint else ''}")
 

@@ -7,6 +7,7 @@ result depends only on ``autograder/source/`` and ``nbgrader_config.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -83,3 +84,86 @@ def generate_release(assignment: str, out_root: Path = NOTEBOOKS) -> Path:
             shutil.rmtree(target)
         shutil.copytree(course / "release" / assignment, target)
     return target
+
+
+# ---------------------------------------------------------------- the set-up cell for Colab
+
+#: The id of the cell that opens every notebook a learner launches (the six chapters and the six exercises).
+SETUP_CELL_ID = "colab-setup"
+CONFIG = REPO_ROOT / "_config.yml"
+
+SETUP_CELL = '''\
+# For Colab, or any machine without this course installed: install the course's helper package, attention_course.
+import importlib.util
+
+if importlib.util.find_spec("attention_course") is None:
+    import site
+    import subprocess
+    import sys
+
+    course = "{archive}"
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", course])  # keeps your torch
+    importlib.invalidate_caches()  # the next cell imports it without a restart
+    if importlib.util.find_spec("attention_course") is None:  # pip fell back to your user folder: add it
+        site.addsitedir(site.getusersitepackages())'''
+
+
+def course_archive(config: Path = CONFIG) -> str:
+    """The zip archive of ``repository.branch`` of ``repository.url`` (``_config.yml``), as GitHub serves it.
+
+    An archive, not ``git+https://...``: pip installs it without git and downloads one snapshot, not the
+    history. In this repository it installs the root ``pyproject.toml``, which packages ``solutions`` and
+    ``autograder`` besides ``attention_course``: fine for the full course, which self-study learners have
+    anyway. The student repository (``make release``) rewrites the URL to itself, and its ``pyproject.toml``
+    packages ``attention_course`` alone."""
+    import yaml
+
+    from autograder.bundle import github_slug
+
+    repository = (yaml.safe_load(config.read_text()) or {}).get("repository") or {}
+    slug = github_slug(repository.get("url"), f"repository.url in {config.name}")
+    return f"https://github.com/{slug}/archive/refs/heads/{repository.get('branch') or 'main'}.zip"
+
+
+def setup_cell(config: Path = CONFIG) -> str:
+    """The first code cell of every notebook a learner launches, from this one text.
+
+    Where ``attention_course`` can be imported (this repository's venv, Binder, the grading sandbox, the book
+    build) it only looks it up: no process, no network. Elsewhere (Colab) it pip-installs the course's
+    repository with ``--no-deps``, so that pip never replaces the machine's torch, NumPy or Matplotlib, and
+    makes the package importable in the running kernel."""
+    return SETUP_CELL.format(archive=course_archive(config))
+
+
+def with_setup_cell(nb: dict, config: Path = CONFIG) -> dict:
+    """``nb`` (a notebook's JSON) with the set-up cell first among its code cells, added or brought up to date.
+
+    In an exercise source it goes right before the locked ``setup`` cell, itself locked (read-only, no points):
+    the grader then runs the instructor's copy and never mistakes it for the learner's code (it imports
+    ``importlib``, ``subprocess`` and ``sys``, which ``autograder.grading.suspicious`` flags in a learner's
+    cells). In a chapter it carries the tag ``remove-input``: the page, executed where the package is
+    installed, shows nothing for it; the launched notebook shows it."""
+    cells = [cell for cell in nb["cells"] if cell.get("id") != SETUP_CELL_ID]
+    setup = [i for i, cell in enumerate(cells) if (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+             == "setup"]
+    if setup:
+        metadata = {"nbgrader": {"grade": False, "grade_id": SETUP_CELL_ID.replace("-", "_"), "locked": True,
+                                 "schema_version": 3, "solution": False, "task": False}}
+        at = setup[0]
+    else:
+        metadata = {"tags": ["remove-input"]}
+        at = next(i for i, cell in enumerate(cells) if cell["cell_type"] == "code")
+    cell = {"cell_type": "code", "execution_count": None, "id": SETUP_CELL_ID, "metadata": metadata, "outputs": [],
+            "source": setup_cell(config).splitlines(keepends=True)}
+    nb["cells"] = [*cells[:at], cell, *cells[at:]]
+    return nb
+
+
+def write_setup_cell(path: Path, config: Path = CONFIG) -> bool:
+    """Put the set-up cell in the notebook at ``path`` (see :func:`with_setup_cell`), keeping the file's JSON
+    layout; True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    new = json.dumps(with_setup_cell(json.loads(text), config), indent=1, ensure_ascii=False) + "\n"
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text

@@ -10,7 +10,8 @@ The *fused* path is ``F.scaled_dot_product_attention``, which on a GPU (flash
 or memory-efficient kernels) and on the CPU (a flash-style kernel) works
 through the keys in blocks and never stores the ``T × T`` matrices. With
 ``--impls reference`` the course's reference ``scaled_dot_product_attention``
-(chapter 1, its own softmax) is timed too.
+(chapter 1, its own softmax) is timed too (in the course repository: see
+``reference.py``).
 
 Usage::
 
@@ -59,18 +60,14 @@ def fused_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def reference_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-    """The course's chapter 1 reference (its own softmax), for comparison."""
-    from solutions.self_attention import scaled_dot_product_attention
-
-    mask = None
-    if causal:
-        t = q.shape[-2]
-        mask = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()  # True = may attend
-    return scaled_dot_product_attention(q, k, v, mask)[0]
-
-
-IMPLS: dict[str, Attention] = {"manual": manual_attention, "fused": fused_attention, "reference": reference_attention}
+IMPLS: dict[str, Attention] = {"manual": manual_attention, "fused": fused_attention}
+try:  # the course's reference, chapter 1's own attention: in the course repository, not the student one
+    from benchmarks.reference import reference_attention
+except ModuleNotFoundError as missing:
+    if missing.name not in ("benchmarks", "benchmarks.reference"):
+        raise
+else:
+    IMPLS["reference"] = reference_attention
 
 # Names of the ATen operators F.scaled_dot_product_attention dispatches to, as the profiler reports them.
 SDPA_OPS = {

@@ -57,15 +57,24 @@ from attention_course.training import (  # noqa: E402
     seed_everything,
 )
 
+try:  # the course's reference Transformer: in the course repository, not the student one
+    from benchmarks.reference import reference_transformer  # noqa: E402
+except ModuleNotFoundError as missing:
+    if missing.name not in ("benchmarks", "benchmarks.reference"):
+        raise
+    reference_transformer = None
+#: The models ``--model`` can train, the first by default.
+MODELS = ("torch",) if reference_transformer is None else ("reference", "torch")
+
 
 def build_model(kind: str, config: TrainConfig, task: Seq2SeqTask, fused: bool, max_len: int) -> nn.Module:
     """``reference``: the course's Transformer (solutions); ``torch``: TorchTransformer (PyTorch's layers)."""
     sizes = replace(model_config(config, task), max_len=max_len)
     if kind == "torch":
         return TorchTransformer(sizes, fused=fused)
-    from solutions.transformer import Transformer, TransformerConfig
-
-    return Transformer(TransformerConfig(**asdict(sizes), fused_attention=fused))
+    if reference_transformer is None:
+        raise ValueError("the reference Transformer is in the course repository only (benchmarks/reference.py)")
+    return reference_transformer(sizes, fused)
 
 
 def make_batches(task: Seq2SeqTask, n: int, batch_size: int, data: str, src_len: int, tgt_len: int,
@@ -199,8 +208,9 @@ def plot(results: list[Result], title: str, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="gpu", choices=sorted(CONFIGS))
-    parser.add_argument("--model", default="reference", choices=("reference", "torch"),
-                        help="the course's Transformer (solutions) or TorchTransformer (PyTorch's layers)")
+    parser.add_argument("--model", default=MODELS[0], choices=MODELS,
+                        help="the course's Transformer (solutions; in the course repository) or TorchTransformer "
+                             "(PyTorch's layers)")
     parser.add_argument("--steps", type=int, default=50, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first (compilation happens here)")
     parser.add_argument("--batch-size", type=int, help="override the configuration's batch size")

@@ -4,7 +4,7 @@ repository and launch buttons name the student repository, never the course's.""
 
 from __future__ import annotations
 
-import filecmp
+import ast
 import json
 import re
 import shutil
@@ -50,8 +50,9 @@ def test_the_bundle_has_the_book_the_notebooks_and_the_helpers(bundle) -> None:
     chapters = sorted(p.relative_to(bundle).as_posix() for p in (bundle / "book").rglob("*.ipynb"))
     assert chapters == sorted(f"{page}.ipynb" for page in toc_files()
                               if page.startswith("book/") and (REPO_ROOT / f"{page}.ipynb").is_file())
-    for chapter in chapters:
-        assert filecmp.cmp(REPO_ROOT / chapter, bundle / chapter, shallow=False), f"{chapter} differs"
+    for chapter in chapters:  # as in the course, less any link to the course repository (the set-up cell's URL)
+        expected = retarget((REPO_ROOT / chapter).read_text(), COURSE, STUDENT)
+        assert (bundle / chapter).read_text() == expected, f"{chapter} differs"
         for figure in re.findall(r"images/[\w.-]+\.(?:svg|png|jpe?g|gif)", (bundle / chapter).read_text()):
             assert (bundle / "book" / figure).is_file(), f"{chapter} shows {figure}, which the bundle lacks"
     assert "-e ." in (bundle / "requirements.txt").read_text().splitlines()
@@ -114,6 +115,55 @@ def test_each_notebook_runs_in_the_bundle_alone(bundle, learner, assignment, tmp
     assert sum(nbgrader_meta(released.cells[i]).get("solution", False) for i, _ in cells) == len(answers)
     result = run_cells(learner, cells, bundle / "notebooks" / assignment, tmp_path)
     assert result["failed"] is None and result["ran"] == len(cells), result
+
+
+def test_the_bundle_carries_the_benchmarks_chapter_6_runs_and_nothing_of_the_grader(bundle) -> None:
+    """benchmarks/attention.py and training.py, whose imports are the standard library, torch, Matplotlib and
+    attention_course (benchmarks.reference, the course's reference variants, is optional and stays out); not the
+    grading benchmarks, which import the grader."""
+    carried = sorted(p for p in (bundle / "benchmarks").iterdir() if p.name != "__pycache__")  # (a run's bytecode)
+    assert [p.name for p in carried] == ["attention.py", "training.py"], carried
+    allowed = set(sys.stdlib_module_names) | {"torch", "matplotlib", "attention_course"}
+    for path in carried:
+        assert path.read_bytes() == (REPO_ROOT / "benchmarks" / path.name).read_bytes(), f"{path.name} differs"
+        modules = {alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Import)
+                   for alias in node.names}
+        modules |= {node.module for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.level == 0}
+        others = {m for m in modules if m.split(".")[0] not in allowed} - {"benchmarks.reference"}
+        assert not others, f"{path.name} imports {others}"
+
+
+#: Chapter 6's benchmarks, as small as they go: one call of each module's measuring function, and the attention
+#: script run from the repository's root as the chapter runs it.
+BENCH_PROBE = """
+probe = argparse.Namespace(dtype=None, batch=1, heads=2, d_head=8, causal=False, repeats=1, budget=0.1)
+row = attention_bench.measure(torch.device("cpu"), 16, "manual", "forward", probe, False)
+assert row.ms is not None and row.ms > 0, row
+with tempfile.TemporaryDirectory() as out:
+    run = subprocess.run([sys.executable, "benchmarks/attention.py", "--device", "cpu", "--lengths", "16", "--heads",
+                          "2", "--d-head", "8", "--repeats", "1", "--modes", "forward", "--out", out], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len(list(csv.DictReader(open(Path(out) / "attention.csv")))) == 2  # manual and fused, forward
+args = argparse.Namespace(model="torch", steps=1, warmup=0, data="dates", src_len=0, tgt_len=0, peak_tflops=None,
+                          peak_tflops_fp32=None)
+result = training_bench.run_variant(args, replace(TINY, batch_size=2), dates_task(), "fp32", True, False,
+                                    torch.device("cpu"))
+assert result.note == "" and result.tokens_per_s > 0, result
+assert "reference" not in attention_bench.IMPLS and training_bench.MODELS == ("torch",)
+assert not [m for m in sys.modules if m.split(".")[0] in ("solutions", "autograder")]
+"""
+
+
+def test_chapter_6_benchmarks_run_in_the_bundle(bundle, learner, tmp_path) -> None:
+    """Chapter 6 launched from the student repository: its set-up, imports and `bench-setup` cells (which import
+    benchmarks/ from the repository's root), then the probe above, in the learner's environment, in book/."""
+    cells = {cell.get("id"): cell for cell in nbformat.read(bundle / "book" / "06_transformer.ipynb", 4).cells}
+    run = [(i, source) for i, source in enumerate([cells["colab-setup"].source, cells["imports"].source,
+                                                   cells["bench-setup"].source, BENCH_PROBE])]
+    result = run_cells(learner, run, bundle / "book", tmp_path)
+    assert result["failed"] is None and result["ran"] == len(run), result
 
 
 def _requirement_lines(path) -> list[str]:
