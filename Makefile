@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # nbgrader shells out to alembic and jupyter: the venv's bin must come first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv book notebooks grade release test lint clean
+.PHONY: venv book notebooks grade student-repo release test lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,18 @@ book: $(STAMP)  ## build the book into _build/html
 	$(BIN)/jupyter-book build .
 
 notebooks: $(STAMP)  ## regenerate the student notebooks in notebooks/ from autograder/source/
-	$(BIN)/python -m autograder release
+	$(BIN)/python -m autograder notebooks
 
 grade: $(STAMP)  ## grade a class: make grade ASSIGNMENT=01_self_attention SUBMISSIONS=path/to/folder-or.zip
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [OUT=dir]"; exit 2; }
 	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) $(if $(OUT),--out $(OUT))
 
-release: book  ## the public student repository: make release OUT=DIR [STUDENT_REPOSITORY=URL] (see book/instructor.md)
-	$(BIN)/python -m autograder bundle $(or $(OUT),release) \
+student-repo: book  ## the public student repository: make student-repo OUT=DIR [STUDENT_REPOSITORY=URL] (book/instructor.md)
+	$(BIN)/python -m autograder student-repo $(or $(OUT),student-repo) \
 		$(if $(STUDENT_REPOSITORY),--student-repository $(STUDENT_REPOSITORY))
+
+release:  ## the old name of student-repo
+	@echo "make release is now 'make student-repo OUT=DIR' (it writes the public student repository)"; exit 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,6 +1,6 @@
 """Command line of the course's grading tools: ``python -m autograder COMMAND``.
 
-- ``release [ASSIGNMENT ...]``: generate the student notebooks in ``notebooks/``.
+- ``notebooks [ASSIGNMENT ...]``: generate the student notebooks in ``notebooks/`` from ``autograder/source/``.
 - ``grade ASSIGNMENT SUBMISSIONS``: grade a class in the sandbox (see ``autograder.grading``). Before it grades
   anyone it loads every hidden check (here and inside the sandbox) and grades the instructor's own answers
   (the preflight); it refuses to start when either falls short. A line per submission with the time so far
@@ -10,7 +10,7 @@
   it writes only ``OUT/changes.csv``, whose score would change and which test cells cause it
   (see ``autograder.batch``).
 - ``selftest [ASSIGNMENT ...]``: the same two steps alone, for every assignment (default) or those named.
-- ``bundle OUT``: write the public student repository (built book, notebooks, helper package, Binder's
+- ``student-repo OUT``: write the public student repository (built book, notebooks, helper package, Binder's
   set-up), its buttons naming ``--student-repository`` (default: ``student_repository`` in ``_config.yml``),
   leak-scanned (see ``autograder.bundle``).
 """
@@ -30,17 +30,17 @@ from pathlib import Path
 from autograder.release import COURSE_ROOT, NOTEBOOKS, assignments, generate_release
 
 
-def _release(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _notebooks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for assignment in args.assignments or assignments():
         try:
             target = generate_release(assignment, args.out)
         except ValueError as err:
             parser.error(str(err))
-        print(f"released {assignment} -> {target}")
+        print(f"student notebook of {assignment} -> {target}")
     return 0
 
 
-def _bundle(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _student_repo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from autograder.bundle import make_bundle, repositories
 
     try:
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    release = commands.add_parser("release", help="generate the student notebooks from autograder/source/")
+    release = commands.add_parser("notebooks", help="generate the student notebooks from autograder/source/")
     release.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     release.add_argument("--out", type=Path, default=NOTEBOOKS, help="where to write them (default: notebooks/)")
     grade = commands.add_parser("grade", help="grade a class of submissions in a sandbox")
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
                                    "sandbox (what grade does before anyone else)")
     selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
-    bundle = commands.add_parser("bundle", help="write the public student repository (built book, notebooks, "
+    bundle = commands.add_parser("student-repo", help="write the public student repository (built book, notebooks, "
                                  "helpers, Binder's set-up)")
     bundle.add_argument("out", type=Path, help="folder to write (empty, a clone of the student repository holding "
                         "only .git, or a bundle made earlier: all but its .git is replaced)")
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("--memory-gb", type=int, default=6,
                              help="address-space limit per notebook (default 6)")
     args = parser.parse_args(argv)
-    commands = {"release": _release, "grade": _grade, "selftest": _selftest, "bundle": _bundle}
+    commands = {"notebooks": _notebooks, "grade": _grade, "selftest": _selftest, "student-repo": _student_repo}
     return commands[args.command](args, parser)
 
 

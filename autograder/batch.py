@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the grader itself imports torch and nbformat: seconds that 
     from autograder.grading import Result, Settings, Submission
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: The fixed columns of grades.csv (SPEC), repeated here so that checking a file needs no matplotlib.
+#: The fixed columns of grades.csv (the contract, CONTRIBUTING.md), repeated here: checking a file needs no matplotlib.
 COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "reason"]
 STORE_FORMAT = 1
 

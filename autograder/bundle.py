@@ -1,7 +1,7 @@
 """The public student repository: what learners get, and nothing they should not.
 
-    python -m autograder bundle OUT [--html _build/html] [--student-repository URL]
-    (``make release OUT=DIR`` builds the book first)
+    python -m autograder student-repo OUT [--html _build/html] [--student-repository URL]
+    (``make student-repo OUT=DIR`` builds the book first)
 
 ``OUT`` becomes a folder ready to be pushed as its own git repository, the public face of a course run for
 credit (the course repository, with ``solutions/`` and ``autograder/``, stays private):
@@ -307,7 +307,7 @@ def make_bundle(out: Path, html: Path, student_repository: str | None = None, co
     (out / "binder").mkdir()
     (out / "binder" / "requirements.txt").write_text(_binder_requirements())
     (out / ".gitignore").write_text(GITIGNORE)
-    (out / MARKER).write_text("made by `python -m autograder bundle`: the next bundle written here replaces "
+    (out / MARKER).write_text("made by `python -m autograder student-repo`: the next bundle written here replaces "
                               "everything in this folder but .git\n")
     retarget_tree(out, repos)
     problems = check_bundle(out, course=repos.course)

@@ -33,6 +33,7 @@ from pathlib import Path
 import nbformat
 
 from autograder import sandbox
+from autograder.chapters import chapter
 from autograder.judges.core import RecordMismatch, judge_recorded
 
 COURSE_ROOT = Path(__file__).resolve().parent
@@ -132,7 +133,7 @@ def _extract_zip(path: Path, into: Path) -> Path:
 
 
 def collect(submissions: Path, assignment: str, notebook_name: str, scratch: Path) -> list[Submission]:
-    """Every submission under ``submissions``, in the layouts SPEC lists.
+    """Every submission under ``submissions``, in the layouts the contract lists (CONTRIBUTING.md).
 
     ``SUBMISSIONS/<student>/*.ipynb``; nbgrader's ``[submitted/]<student>/<assignment>/*.ipynb``;
     or a zip holding either layout, or LMS-style files ``<student>_..._<name>.ipynb`` side by side.
@@ -512,13 +513,12 @@ def _where(assembled: dict, index: object) -> str:
 def prepare(assignment: str, scratch: Path, bundle: Path | None = None) -> tuple[str, Path, Path, Path]:
     """(notebook name, source notebook, release notebook, sandbox bundle) for ``assignment``; the bundle is
     built in ``scratch`` unless one is given (it is the same for every assignment)."""
-    folder = REPO_ROOT / "notebooks" / assignment
-    notebooks = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
-    source = COURSE_ROOT / "source" / assignment / notebooks[0].name if len(notebooks) == 1 else None
-    if source is None or not source.is_file():
-        known = sorted(p.name for p in (REPO_ROOT / "notebooks").iterdir() if p.is_dir())
-        raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(known)}")
-    return notebooks[0].name, source, notebooks[0], bundle or sandbox.build_bundle(scratch / "bundle")
+    found = chapter(assignment)  # ValueError naming the known assignments
+    for path in (found.source, found.notebook):
+        if not path.is_file():
+            raise ValueError(f"{assignment}: {path.relative_to(REPO_ROOT)} is missing (`make notebooks` writes the "
+                             f"student notebooks from autograder/source/)")
+    return found.notebook.name, found.source, found.notebook, bundle or sandbox.build_bundle(scratch / "bundle")
 
 
 # ---------------------------------------------------------------- before grading anyone

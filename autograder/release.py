@@ -22,8 +22,10 @@ NOTEBOOKS = REPO_ROOT / "notebooks"
 
 
 def assignments() -> list[str]:
-    """Every assignment id under ``autograder/source/``, in order."""
-    return sorted(p.name for p in SOURCE.iterdir() if p.is_dir() and not p.name.startswith("."))
+    """Every assignment id, in the chapters' order (:data:`autograder.chapters.CHAPTERS`)."""
+    from autograder.chapters import CHAPTERS
+
+    return [c.assignment for c in CHAPTERS]
 
 
 def nbgrader_env() -> dict[str, str]:
@@ -114,7 +116,7 @@ def course_archive(config: Path = CONFIG) -> str:
     An archive, not ``git+https://...``: pip installs it without git and downloads one snapshot, not the
     history. In this repository it installs the root ``pyproject.toml``, which packages ``solutions`` and
     ``autograder`` besides ``attention_course``: fine for the full course, which self-study learners have
-    anyway. The student repository (``make release``) rewrites the URL to itself, and its ``pyproject.toml``
+    anyway. The student repository (``make student-repo``) rewrites the URL to itself, and its ``pyproject.toml``
     packages ``attention_course`` alone."""
     import yaml
 

@@ -27,7 +27,7 @@ def grade_ids(results: list[Result]) -> list[str]:
 
 
 def write_grades(results: list[Result], path: Path) -> None:
-    """``grades.csv`` per SPEC: the fixed columns, then one column per graded cell."""
+    """``grades.csv`` as the contract fixes it (CONTRIBUTING.md): the fixed columns, then one column per graded cell."""
     ids = grade_ids(results)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

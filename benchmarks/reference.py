@@ -2,7 +2,7 @@
 
 ``attention.py --impls reference`` times Chapter 1's reference attention (its own softmax) and ``training.py
 --model reference`` trains the reference ``Transformer``. Both come from ``solutions/``, so this module stays
-out of the student repository: ``make release`` (``autograder/bundle.py``) carries ``attention.py`` and
+out of the student repository: ``make student-repo`` (``autograder/bundle.py``) carries ``attention.py`` and
 ``training.py``, whose functions Chapter 6 runs, and not this file; there those two options do not exist.
 """
 

@@ -264,7 +264,7 @@ class Transformer(nn.Module):
             nn.init.normal_(table.weight, std=c.d_model**-0.5)
         self.positions = SinusoidalPositionalEncoding(c.d_model, c.max_len)
         self.dropout = nn.Dropout(c.dropout)
-        fused = getattr(c, "fused_attention", False)  # a config with only the SPEC's fields gets the readable path
+        fused = getattr(c, "fused_attention", False)  # a config with only the contract's fields gets the readable path
         sizes = (c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first, fused)
         self.encoder_layers = nn.ModuleList(EncoderLayer(*sizes) for _ in range(c.n_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(*sizes) for _ in range(c.n_layers))

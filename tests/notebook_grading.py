@@ -15,7 +15,9 @@ import importlib
 import io
 import json
 import shutil
+import sys
 import traceback
+import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,48 +26,11 @@ from typing import Any
 import nbformat
 from nbgrader.api import Gradebook
 
+from autograder.chapters import CHAPTERS
 from autograder.release import REPO_ROOT, SOURCE, make_course_copy, run_nbgrader
 
-#: SPEC's assignment ids -> the reference module; the notebook is named after the module.
-SPEC_ASSIGNMENTS = {
-    "01_self_attention": "solutions.self_attention",
-    "02_causal_masking": "solutions.masking",
-    "03_cross_attention": "solutions.cross_attention",
-    "04_multi_head": "solutions.multi_head",
-    "05_positional_encoding": "solutions.positional",
-    "06_transformer": "solutions.transformer",
-}
-
-#: SPEC's exercise names of each chapter.
-SPEC_EXERCISES = {
-    "01_self_attention": {"softmax", "attention_scores", "scaled_dot_product_attention", "SelfAttention"},
-    "02_causal_masking": {"causal_mask", "padding_mask", "combine_masks", "additive_mask", "CausalSelfAttention"},
-    "03_cross_attention": {"CrossAttention", "shift_right", "teacher_forcing_pair", "sequence_cross_entropy"},
-    "04_multi_head": {"split_heads", "merge_heads", "MultiHeadAttention"},
-    "05_positional_encoding": {"sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding",
-                               "apply_rotary"},
-    "06_transformer": {"FeedForward", "EncoderLayer", "DecoderLayer", "TransformerConfig", "Transformer",
-                       "greedy_decode"},
-}
-
-#: The concept checks that end each exercise notebook: short questions, each a small function of the sizes or
-#: tokens involved, whose wrong answers are the misreadings of the course's seed notes. Not SPEC's exercises, but
-#: graded like them, against the reference of the same name in the chapter's module.
-CONCEPT_CHECKS = {
-    "01_self_attention": {"score_position", "score_count"},
-    "02_causal_masking": {"masked_attention_shapes", "visible_keys"},
-    "03_cross_attention": {"loss_positions", "cross_weights_shape"},
-    "04_multi_head": {"head_query_shape", "attention_parameters"},
-    "05_positional_encoding": {"encoded_shape", "same_without_positions"},
-    "06_transformer": {"decoder_passes", "scored_positions"},
-}
-
-#: assignment id -> (notebook file name, reference module), for every assignment that has a source.
-ASSIGNMENTS = {
-    assignment: (module.rsplit(".", 1)[1] + ".ipynb", module)
-    for assignment, module in SPEC_ASSIGNMENTS.items()
-    if (SOURCE / assignment).is_dir()
-}
+#: assignment id -> (notebook file name, reference module), from the course's one list of chapters.
+ASSIGNMENTS = {c.assignment: (c.source.name, c.reference) for c in CHAPTERS}
 
 
 def source_notebook(assignment: str) -> Path:
@@ -100,6 +65,18 @@ def exercise_of(grade_id: str, exercises: list[str]) -> str:
 
 def reference_objects(assignment: str) -> dict[str, Any]:
     module = importlib.import_module(ASSIGNMENTS[assignment][1])
+    return {name: getattr(module, name) for name in exercise_names(assignment)}
+
+
+def notebook_answers(assignment: str) -> dict[str, Any]:
+    """The instructor's answers as the source notebook writes them: its set-up cell, then its solution cells, run
+    in order in one namespace (as the learner's kernel would run a finished notebook)."""
+    nb = nbformat.read(source_notebook(assignment), 4)
+    module = types.ModuleType(f"notebook_{assignment}")  # a real module: dataclasses look their own one up
+    sys.modules[module.__name__] = module
+    for cell in nb.cells:
+        if nbgrader_meta(cell).get("grade_id") == "setup" or nbgrader_meta(cell).get("solution"):
+            exec(compile(cell.source, f"<{nbgrader_meta(cell)['grade_id']}>", "exec"), module.__dict__)  # noqa: S102
     return {name: getattr(module, name) for name in exercise_names(assignment)}
 
 

@@ -3,6 +3,7 @@ and the notebooks follow the conventions learners rely on."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 import re
@@ -16,18 +17,19 @@ import pytest
 from catalogue import self_attention as ch01
 from notebook_grading import (
     ASSIGNMENTS,
-    CONCEPT_CHECKS,
-    SPEC_EXERCISES,
     autograde,
     exercise_names,
+    grade_in_process,
     graded_cells,
     nbgrader_meta,
+    notebook_answers,
     release_notebook,
     replace_solution,
     solution_cells,
     source_notebook,
 )
 
+from autograder.chapters import chapter
 from autograder.release import generate_release, nbgrader_env
 
 ALL = sorted(ASSIGNMENTS)
@@ -166,8 +168,8 @@ def test_notebook_conventions(assignment) -> None:
         elif nbgrader_meta(cell).get("grade"):
             assert sections, f"{nbgrader_meta(cell)['grade_id']} comes before any '## ... (N points)' section"
             sections[-1][2] += nbgrader_meta(cell)["points"]
-    # a section per exercise, and one for all the concept checks
-    assert len(sections) == len(names) - len(CONCEPT_CHECKS[assignment]) + 1, sections
+    # a section per exercise of the contract, and one for all the concept checks after them
+    assert len(sections) == len(chapter(assignment).contract) + 1, sections
     for title, declared, counted in sections:
         assert declared == counted, f"section {title!r} says {declared:g} points, its tests hold {counted:g}"
     ids = [c.get("id") for c in nb.cells]
@@ -188,11 +190,29 @@ def test_release_stubs_keep_signature_and_docstring(assignment) -> None:
 
 
 @pytest.mark.parametrize("assignment", ALL)
-def test_every_spec_function_is_an_exercise(assignment) -> None:
-    """SPEC's exercises, then the concept checks, and nothing else."""
+def test_the_contracts_exercises_come_first_then_the_concept_checks(assignment) -> None:
+    """The exercises of the chapter's contract (autograder/chapters.py), in order, then the concept checks: small
+    functions that return plain answers, each with a reference of the same name."""
+    c = chapter(assignment)
     names = exercise_names(assignment)
-    assert set(names) == SPEC_EXERCISES[assignment] | CONCEPT_CHECKS[assignment]
-    assert set(names[-len(CONCEPT_CHECKS[assignment]):]) == CONCEPT_CHECKS[assignment], "the concept checks end it"
+    assert names[: len(c.contract)] == list(c.contract), names
+    concepts = names[len(c.contract):]
+    assert len(concepts) == 2, f"{assignment} should end with two concept checks, has {concepts}"
+    reference = importlib.import_module(c.reference)
+    for name in concepts:
+        assert inspect.isfunction(getattr(reference, name, None)), f"{c.reference} has no reference {name}"
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_the_notebooks_answers_agree_with_the_reference_on_every_hidden_case(assignment) -> None:
+    """solutions/ is the canonical answer; the notebook's solution regions are the same answers as a learner
+    would write them, and may read differently. Every hidden check compares with the reference on its own
+    cases, so the notebook's answers passing all of them is the two agreeing on every case the grader asks."""
+    answers = notebook_answers(assignment)
+    for name, obj in answers.items():
+        assert obj is not getattr(importlib.import_module(chapter(assignment).reference), name), name
+    failed = {g: r.message for g, r in grade_in_process(assignment, answers).items() if not r.passed}
+    assert not failed, failed
 
 
 @pytest.mark.parametrize("assignment", ALL)

@@ -101,7 +101,7 @@ def test_the_cell_does_nothing_where_the_course_is_installed(monkeypatch) -> Non
 
 @pytest.fixture(scope="module")
 def student_repository(tmp_path_factory):
-    """The student repository as `make release` writes it. Its notebooks, helper package and pyproject do not
+    """The student repository as `make student-repo` writes it. Its notebooks, helper package and pyproject do not
     depend on the built site, so a stand-in for the site will do (tests/test_release.py bundles the real one)."""
     root = tmp_path_factory.mktemp("student-repository")
     (root / "html").mkdir()

@@ -1,4 +1,4 @@
-"""`make release OUT=DIR`: the public student repository holds the book, the notebooks and the helper package,
+"""`make student-repo OUT=DIR`: the public student repository holds the book, the notebooks and the helper package,
 and no solution or hidden-test text (with controls that plant each kind of leak and see it caught); its site's
 repository and launch buttons name the student repository, never the course's."""
 
@@ -248,12 +248,12 @@ def test_a_rebuilt_bundle_replaces_the_old_one(bundle, built_html) -> None:
 
 
 def test_make_release_builds_the_book_then_the_bundle() -> None:
-    run = subprocess.run(["make", "-n", "release", "OUT=/tmp/students"], cwd=REPO_ROOT, capture_output=True,
+    run = subprocess.run(["make", "-n", "student-repo", "OUT=/tmp/students"], cwd=REPO_ROOT, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     build = next(i for i, line in enumerate(lines) if "jupyter-book build" in line)
-    bundle = next(i for i, line in enumerate(lines) if "-m autograder bundle /tmp/students" in line)
+    bundle = next(i for i, line in enumerate(lines) if "-m autograder student-repo /tmp/students" in line)
     assert build < bundle, run.stdout
 
 
@@ -381,7 +381,7 @@ def test_a_misconfigured_student_repository_is_refused_naming_the_setting(fake_s
 def test_the_command_names_the_option_it_refuses(fake_site, tmp_path) -> None:
     out = tmp_path / "students"
     for value in ("https://example.org/uni/attention", COURSE_URL + ".git"):
-        run = subprocess.run([sys.executable, "-m", "autograder", "bundle", str(out), "--html", str(fake_site),
+        run = subprocess.run([sys.executable, "-m", "autograder", "student-repo", str(out), "--html", str(fake_site),
                               "--student-repository", value], cwd=REPO_ROOT, capture_output=True, text=True)
         assert run.returncode == 2 and "error: --student-repository" in run.stderr, run.stderr
         assert not out.exists()
