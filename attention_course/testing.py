@@ -22,7 +22,19 @@ from torch.overrides import TorchFunctionMode
 
 
 class CheckFailed(AssertionError):
-    """A check failed; the message explains why."""
+    """A check failed; the message explains why.
+
+    ``name`` is the short name of the likely mistake, or None; ``str(failure)`` is the message with `` (name)``
+    at its end (:func:`named`), as the learner reads it.
+    """
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(named(message, name))
+        self.message = message
+        self.name = name or None
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.message, self.name)
 
 
 #: The names of mistakes that any exercise can make, shared by the visible and the hidden checks.
@@ -54,8 +66,17 @@ def named(message: str, name: str | None) -> str:
 
 
 def fail(message: str, name: str | None = None) -> None:
-    """Fail the check with ``message``, naming the mistake ``name`` when the check knows it."""
-    raise CheckFailed(named(message, name))
+    """Fail the check with ``message``, naming the mistake ``name`` when the check knows it.
+
+    Without ``name``, a name written into the message itself is read back from its text with
+    :func:`mistake_name`: the suspects a notebook passes to :func:`assert_close`, :func:`assert_answer` and
+    :func:`expect_runs` are messages that end with ``"(name)"``, and their text is the only place that holds it.
+    """
+    if name is None:
+        found = mistake_name(message)
+        if found is not None and message.endswith(f" ({found})"):
+            message, name = message[: -len(found) - 3], found
+    raise CheckFailed(message, name)
 
 
 def _shape(x: object) -> str:

@@ -182,6 +182,8 @@ def result_from_json(data: dict) -> Result:
     result = Result(**fields, cells=cells)
     if not all(isinstance(getattr(result, k), str) for k in ("student_id", "assignment", "status", "reason")):
         raise ValueError("a stored result's text fields are not text")
+    if not all(c.mistake is None or isinstance(c.mistake, str) for c in cells.values()):
+        raise ValueError("a stored result's named mistakes are not text")
     return result
 
 

@@ -34,6 +34,7 @@ import nbformat
 
 from autograder import sandbox
 from autograder.chapters import chapter
+from autograder.checks.core import Mistake
 from autograder.judges.core import RecordMismatch, judge_recorded
 
 COURSE_ROOT = Path(__file__).resolve().parent
@@ -88,7 +89,9 @@ class CellResult:
     grade_id: str
     points: float
     max_points: float
-    message: str = ""  # the judge's message when it failed
+    message: str = ""  # the judge's message when it failed, as the learner reads it
+    #: the short name of the learner's likely mistake, from the judge's Mistake.name (never read from the message)
+    mistake: str | None = None
 
 
 @dataclass
@@ -417,7 +420,7 @@ def _judge(settings: Settings, summary: dict | None, data: bytes,
             why = "ran past the per-cell time limit" if stopped.get("why") == "timeout" else "crashed"
             cell.message = f"the notebook {why} while this test ran"
             continue
-        message, flag = _verdict(gid, records)
+        message, flag, cell.mistake = _verdict(gid, records)
         cell.message = message
         if flag:
             flags.append(f"{gid}: {flag}")
@@ -429,39 +432,41 @@ def _judge(settings: Settings, summary: dict | None, data: bytes,
     return cells, flags
 
 
-def _verdict(gid: str, records: list[bytes]) -> tuple[str, str]:
-    """(message, flag) for the records of test ``gid``: ("", "") when it passed; a flag means the records
-    themselves are wrong, which honest code cannot cause."""
+def _verdict(gid: str, records: list[bytes]) -> tuple[str, str, str | None]:
+    """(message, flag, mistake) for the records of test ``gid``: ("", "", None) when it passed; a flag means the
+    records themselves are wrong, which honest code cannot cause; ``mistake`` is the name the judge gave the
+    learner's mistake (its Mistake's ``name`` field), None when it named none."""
     if not records:  # e.g. the exercise's name is not defined (a syntax error in its cell): honest code can
         return ("the hidden check of this test did not run: nothing was recorded. Is the exercise defined, and "
-                "does its cell run without an error?"), ""
+                "does its cell run without an error?"), "", None
     if len(records) > 1:
         return (f"the hidden check of this test wrote {len(records)} records; one was expected",
-                f"{len(records)} hidden-check records for one test")
+                f"{len(records)} hidden-check records for one test", None)
     try:
         record = json.loads(records[0])
         if not isinstance(record, dict):
             raise ValueError("not a JSON object")
     except ValueError as err:
-        return "the hidden-check record of this test cannot be read", f"unreadable hidden-check record ({err})"
+        return ("the hidden-check record of this test cannot be read", f"unreadable hidden-check record ({err})",
+                None)
     if record.get("check") != gid:
         return (f"the hidden-check record of this test is for {record.get('check')!r}",
-                f"a record for {str(record.get('check'))[:80]!r} inside this test")
+                f"a record for {str(record.get('check'))[:80]!r} inside this test", None)
     if "interrupted" in record:
         info = record["interrupted"]
         if not (isinstance(info, list) and len(info) == 3):
-            return "the hidden-check record of this test cannot be read", "malformed hidden-check record"
+            return "the hidden-check record of this test cannot be read", "malformed hidden-check record", None
         kind, message, is_exception = info
         text = f"the hidden check of this test was stopped by {kind}: {message!r}"
-        return text, "" if is_exception is True else f"the learner's code stopped the hidden check with {kind}"
+        return text, "" if is_exception is True else f"the learner's code stopped the hidden check with {kind}", None
     try:
         judge_recorded(gid, record.get("observations"))
-    except AssertionError as failure:
-        return str(failure), ""
+    except Mistake as failure:  # the message the learner reads, and the name the judge gave, from its field
+        return str(failure), "", failure.name
     except RecordMismatch as err:
         return (f"the hidden-check record of test {gid} does not match its cases",
-                f"the hidden-check record of test {gid} does not match its cases ({err})")
-    return "", ""
+                f"the hidden-check record of test {gid} does not match its cases ({err})", None)
+    return "", "", None
 
 
 def _grade_id_at(assembled: dict, index: object) -> str | None:

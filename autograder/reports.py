@@ -16,7 +16,6 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from attention_course.testing import mistake_name  # noqa: E402
 from autograder.grading import Result  # noqa: E402
 
 COLUMNS = ["student_id", "assignment", "score", "max_score", "status", "reason"]
@@ -43,19 +42,20 @@ def _safe(name: str) -> str:
 
 def write_feedback(result: Result, folder: Path) -> Path:
     """One HTML page per student: every test, its points, and for a failure what it means and what to try;
-    beside it the same as JSON (``<assignment>.json``), for scripts and learning platforms."""
+    beside it the same as JSON (``<assignment>.json``), for scripts and learning platforms. The named mistake
+    is the cell's ``mistake`` field, the name the judge gave (never read back from the message's text)."""
     target = folder / _safe(result.student_id) / f"{result.assignment}.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.with_suffix(".json").write_text(json.dumps({
         "student_id": result.student_id, "assignment": result.assignment, "score": result.score,
         "max_score": result.max_score, "status": result.status, "reason": result.reason,
         "cells": [{"grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "message": c.message,
-                   "mistake": mistake_name(c.message)} for c in result.cells.values()],
+                   "mistake": c.mistake} for c in result.cells.values()],
     }, indent=1), encoding="utf-8")
     rows = []
     for cell in result.cells.values():
         verdict = "passed" if cell.points == cell.max_points else "failed"
-        mistake = mistake_name(cell.message)
+        mistake = cell.mistake
         rows.append(
             f"<tr class='{verdict}'><td><code>{html.escape(cell.grade_id)}</code></td>"
             f"<td>{cell.points:g} / {cell.max_points:g}</td><td>{verdict}</td>"
@@ -86,7 +86,7 @@ def _png(fig: plt.Figure) -> str:
 
 def write_report(results: list[Result], path: Path) -> None:
     """The class at a glance: score histogram, pass rate per check (a picture and a table), the commonest named
-    mistakes (each counted once per student), statuses."""
+    mistakes (each counted once per student, from the cells' ``mistake`` fields), statuses."""
     ids = grade_ids(results)
     scores = [r.score for r in results]
     maximum = max((r.max_score for r in results), default=0)
@@ -103,8 +103,7 @@ def write_report(results: list[Result], path: Path) -> None:
     ax.set_xlabel("share of students passing")
     pass_rates = _png(fig)
     # each student counts once per mistake, however many of their tests name it
-    mistakes = Counter(m for r in results for m in {mistake_name(c.message) for c in r.cells.values()}
-                       if m)
+    mistakes = Counter(m for r in results for m in {c.mistake for c in r.cells.values()} if m)
     statuses = Counter(r.status for r in results)
     rate_rows = "".join(f"<tr data-check='{html.escape(g)}' data-passed='{n}' data-rate='{rate:.6f}'>"
                         f"<td><code>{html.escape(g)}</code></td><td>{n} / {len(results)}</td><td>{rate:.0%}</td></tr>"

@@ -85,10 +85,14 @@ def _student(learners: dict, kind: str, index: int) -> str:
     return student
 
 
-def _accusations(messages: dict[str, str], entry) -> dict[str, str]:
-    """The failing cells of ``messages`` ({grade_id: message}) that name a mistake the entry does not make."""
+def _accusations(messages: dict[str, str], entry, names: dict[str, str | None] | None = None) -> dict[str, str]:
+    """The failing cells of ``messages`` ({grade_id: message}) that name a mistake the entry does not make. The
+    names are ``names`` ({grade_id: name}: the class grader's ``mistake`` fields) when given; else, for the
+    visible checks, whose failure is only text, the name each message's text ends with (``mistake_name``)."""
     allowed = {entry.name, *entry.also}
-    return {gid: m for gid, m in messages.items() if mistake_name(m) not in allowed | {None}}
+    if names is None:
+        names = {gid: mistake_name(m) for gid, m in messages.items()}
+    return {gid: m for gid, m in messages.items() if names[gid] not in allowed | {None}}
 
 
 @pytest.mark.parametrize("case", WRONG, ids=_id)
@@ -100,12 +104,12 @@ def test_wrong_answer_loses_points_and_is_named(classes, case) -> None:
     assert row["status"] == "ok", f"{entry.label!r}: status {row['status']}: {row['reason']}"
     failed = {gid: c["message"] for gid, c in cells.items() if c["points"] < c["max_points"]}
     assert entry.cell in cells, f"{entry.label!r} names {entry.cell!r}, which is not a test of {assignment}"
-    owner = cells[entry.cell]
+    owner = cells[entry.cell]  # its "mistake" is the grader's field: the judge's Mistake.name, not read from text
     assert entry.cell in failed, f"{entry.label!r} kept full marks on {entry.cell}, the test of its property"
     assert owner["mistake"] == entry.name, (
         f"{entry.label!r}: {entry.cell} should name the mistake {entry.name!r}; the feedback names "
         f"{owner['mistake']!r}:\n  {owner['message']}")
-    wrongly = _accusations(failed, entry)
+    wrongly = _accusations(failed, entry, {gid: cells[gid]["mistake"] for gid in failed})
     assert not wrongly, f"{entry.label!r} is also accused of mistakes it does not make (declare expected ones " \
         f"in `also`): " + "; ".join(f"{gid}: {m}" for gid, m in wrongly.items())
     exercises = exercise_names(assignment)

@@ -549,8 +549,9 @@ def _feedback(graded, student: str) -> tuple[dict, dict[str, tuple[dict, list[st
     return json.loads(page.with_suffix(".json").read_text()), {cells[0]: (attrs, cells) for attrs, cells in rows}
 
 
-def _judged_in_process(check: str, answer: str) -> str:
-    """The hidden check's verdict on ``answer`` (an answer cell's source), probed and judged in this process."""
+def _judged_in_process(check: str, answer: str) -> AssertionError:
+    """The hidden check's verdict on ``answer`` (an answer cell's source), probed and judged in this process: the
+    judge's Mistake, its text as the learner reads it and its ``name``."""
     from autograder.checks import core as checks
     from autograder.judges import core as judges
 
@@ -560,7 +561,7 @@ def _judged_in_process(check: str, answer: str) -> str:
     judges.load_judges()
     with pytest.raises(judges.Mistake) as verdict:
         judges.judge_recorded(check, checks.encode(checks.get(check)(namespace["softmax"])))
-    return str(verdict.value)
+    return verdict.value
 
 
 def test_the_honest_feedback_shows_every_test_passed(graded) -> None:
@@ -576,10 +577,12 @@ def test_the_honest_feedback_shows_every_test_passed(graded) -> None:
 
 def test_the_feedback_carries_the_judges_message_and_its_named_mistake(graded) -> None:
     """The patched-comparison student: the page and the JSON show, for softmax_sums_to_one, the message the
-    judge gives the same answer here, and the mistake it names."""
+    judge gives the same answer here, and the mistake it names (the Mistake's ``name``, which its text ends with
+    too)."""
     gid = "softmax_sums_to_one"
-    expected = _judged_in_process(gid, UNNORMALISED_SOFTMAX)
-    assert mistake_name(expected) == "missing the division", expected
+    verdict = _judged_in_process(gid, UNNORMALISED_SOFTMAX)
+    expected = str(verdict)
+    assert verdict.name == mistake_name(expected) == "missing the division", expected
     data, rows = _feedback(graded, "patch_allclose")
     cell = next(c for c in data["cells"] if c["grade_id"] == gid)
     assert (cell["points"], cell["message"], cell["mistake"]) == (0, expected, "missing the division"), cell
@@ -615,9 +618,12 @@ def test_the_class_report_agrees_with_the_grades_and_the_feedback(graded) -> Non
 
 def test_the_report_counts_each_student_once_and_no_shape_as_a_mistake(tmp_path) -> None:
     """write_report on results made here: two students name the same mistake (one in two tests), a third's
-    message ends in a shape, which is no mistake's name."""
+    message ends in a shape, which is no mistake's name. The names are the cells' ``mistake`` fields, as the
+    grader records them."""
     def result(student: str, messages: list[str]) -> grading.Result:
-        cells = {f"t{i}": grading.CellResult(f"t{i}", 0.0 if m else 1.0, 1.0, m) for i, m in enumerate(messages)}
+        cells = {f"t{i}": grading.CellResult(f"t{i}", 0.0 if m else 1.0, 1.0, m, "softmax over the wrong axis"
+                                             if m.endswith("(softmax over the wrong axis)") else None)
+                 for i, m in enumerate(messages)}
         return grading.Result(student, A, "ok", "", cells)
 
     axis = "weights sum to 1 along dim 0 (softmax over the wrong axis)"

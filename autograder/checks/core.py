@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from attention_course.testing import answer_value
+from attention_course.testing import answer_value, named
 
 Observations = dict[str, Any]
 Probe = Callable[[Any], Observations]
@@ -57,7 +57,21 @@ def observations_path() -> str | None:
 
 
 class Mistake(AssertionError):
-    """A hidden check failed; the message says what is wrong and what to look at."""
+    """A hidden check failed; the message says what is wrong and what to look at.
+
+    ``name`` is the short name of the learner's likely mistake when the judge knows it (None otherwise): the
+    grader records it as it is, from this field. ``str(mistake)`` is what the learner reads, the message with
+    `` (name)`` at its end (:func:`attention_course.testing.named`), so that a reader of the text alone, such
+    as nbgrader's cell output, still finds the name there.
+    """
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(named(message, name))
+        self.message = message
+        self.name = name or None
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.message, self.name)
 
 
 _PROBES: dict[str, Probe] = {}

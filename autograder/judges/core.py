@@ -32,6 +32,7 @@ from attention_course.testing import (
     NO_RETURN,
     NO_VALUE_ERROR,
     answer_value,
+    mistake_name,
     named,
 )
 from autograder.checks.core import (
@@ -176,7 +177,7 @@ def judge_recorded(check_id: str, encoded: Any) -> None:
             judge(record)
         except Mistake as failure:
             # Raise from here, without the judge's frames: the feedback shows the message, not hidden code.
-            raise Mistake(str(failure)) from None
+            raise Mistake(failure.message, failure.name) from None
         except RecordMismatch:
             raise
         except Exception as err:  # a strict zip that ran short, a value of a type no probe writes, ...
@@ -190,10 +191,35 @@ def judge_recorded(check_id: str, encoded: Any) -> None:
 
 @dataclass(frozen=True)
 class Suspect:
-    """A likely mistake: ``produce()`` computes what that mistake would return on the same inputs."""
+    """A likely mistake: ``produce()`` computes what that mistake would return on the same inputs.
+
+    ``message`` tells the learner what the mistake is and what to do; ``name`` is its short name, which the
+    grader records and the class report counts. The learner reads both, as :attr:`text`: the message, then the
+    name in parentheses. Every suspect has a name, one that :func:`~attention_course.testing.mistake_name`
+    reads back from that text (a construction without one raises ValueError).
+    """
 
     message: str
-    produce: Callable[[], Tensor]
+    name: str
+    produce: Callable[[], Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"the suspect {self.message[:80]!r} has no name")
+        if mistake_name(self.text) != self.name:
+            raise ValueError(f"the suspect {self.message[:80]!r} is named {self.name!r}, which the end of its "
+                             f"message would not read back as a name: use a few words that start with a letter "
+                             f"and hold no parentheses")
+
+    @property
+    def text(self) -> str:
+        """What the learner reads: the message, then `` (name)``."""
+        return named(self.message, self.name)
+
+    def part(self, index: int) -> Suspect:
+        """The same mistake, producing item ``index`` of what this one produces (e.g. the weights of
+        ``(out, weights)``)."""
+        return Suspect(self.message, self.name, lambda: self.produce()[index])
 
 
 def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
@@ -229,24 +255,25 @@ def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
 
 
 def judge_answers(obs: Observations, cases: Sequence[tuple], reference: Callable[..., Any],
-                  suspects: Callable[..., dict[str, Any]], what: Callable[..., str]) -> None:
+                  suspects: Callable[..., list[Suspect]], what: Callable[..., str]) -> None:
     """Judge a concept check (probe: :func:`autograder.checks.core.probe_answers`) case by case.
 
-    ``suspects(*args)`` maps a message ending with a misconception's name to the answer that misconception
-    gives for those arguments; ``what(*args)`` names the question asked, e.g. ``"score_count(4096)"``.
+    ``suspects(*args)`` lists the misconceptions, each a :class:`Suspect` whose ``produce()`` gives the answer
+    that misconception gives for those arguments; ``what(*args)`` names the question asked, e.g.
+    ``"score_count(4096)"``.
     """
     for args, got in zip(cases, obs["answers"], strict=True):
         asked = what(*args)
         if isinstance(got, Raised):
             raise Mistake(f"{asked} {got.describe()}")
         if got is None:
-            raise Mistake(named(f"{asked} is None — did you forget to `return` the answer?", NO_RETURN))
+            raise Mistake(f"{asked} is None — did you forget to `return` the answer?", NO_RETURN)
         expected = answer_value(reference(*args))
         if got == expected:
             continue
-        for message, candidate in suspects(*args).items():
-            if got == answer_value(candidate):
-                raise Mistake(f"{asked} is {got!r}: {message}")
+        for suspect in suspects(*args):
+            if got == answer_value(suspect.produce()):
+                raise Mistake(f"{asked} is {got!r}: {suspect.message}", suspect.name)
         raise Mistake(f"{asked} is {got!r}, expected {expected!r}")
 
 
@@ -268,33 +295,39 @@ def judge_tensor(
     hint: str = "",
     atol: float = 1e-5,
     rtol: float = 1e-4,
+    mistake: str | None = None,
 ) -> None:
-    """Raise :class:`Mistake` unless ``actual`` matches ``expected``; name the mistake when a suspect matches."""
+    """Raise :class:`Mistake` unless ``actual`` matches ``expected``; name the mistake when a suspect matches.
+
+    ``mistake`` names the mistake that ``hint`` describes: the messages that end with the hint end with it.
+    """
     suspects = list(suspects)
     tail = f" — {hint}" if hint else ""
     if isinstance(actual, Raised):
         raise Mistake(f"{what} {actual.describe()}")
     if not isinstance(actual, Tensor):
         if actual is None:
-            raise Mistake(named(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you "
-                                f"forget to `return` it?", NO_RETURN))
+            raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you "
+                          f"forget to `return` it?", NO_RETURN)
         raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got {actual!r:.80}")
     if _close(actual, expected, atol, rtol):
         return
     suspect = matching_suspect(actual, suspects, atol, rtol)
     if suspect is not None:
-        raise Mistake(f"{what}: {suspect.message}")
+        raise Mistake(f"{what}: {suspect.message}", suspect.name)
+    named_by_hint = mistake if hint else None
     if actual.shape != expected.shape:
-        raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
+        raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}", named_by_hint)
     if torch.isnan(actual).any() and not torch.isnan(expected).any():
         first = first_index(torch.isnan(actual))
-        raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}")
+        raise Mistake(f"{what} contains NaN (first at index {first}) where a number was expected{tail}",
+                      named_by_hint)
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     diff = torch.where(same_values(a, e), torch.zeros_like(a), (a - e).abs().nan_to_num(float("inf")))
     where = first_index(diff == diff.max())
     raise Mistake(
-        f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}"
-    )
+        f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}",
+        named_by_hint)
 
 
 def judge_contract(
@@ -310,22 +343,22 @@ def judge_contract(
     called = obs["called"]
     for name, message in (forbidden or {}).items():
         if name in called:
-            raise Mistake(named(f"{function} calls torch's `{name}` — {message}", LIBRARY_CALL))
+            raise Mistake(f"{function} calls torch's `{name}` — {message}", LIBRARY_CALL)
     if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
         names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(named(
+        raise Mistake(
             f"{function} modified its input {names} in place — use out-of-place operations "
-            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)", MODIFIED_IN_PLACE))
+            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)", MODIFIED_IN_PLACE)
     if obs["raised"] is not None:
         raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
     if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
-        raise Mistake(named(
+        raise Mistake(
             f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype: no `.float()`, "
-            f"no hard-coded `dtype=torch.float32`", DTYPE_CHANGED))
+            f"no hard-coded `dtype=torch.float32`", DTYPE_CHANGED)
     if not obs["requires_grad"]:
-        raise Mistake(named(
+        raise Mistake(
             f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
-            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`", GRAPH_CUT))
+            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`", GRAPH_CUT)
     leaves = {
         name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
         for name, t in inputs.items()
@@ -344,9 +377,9 @@ def judge_contract(
         if want is None:
             continue
         if got is None:
-            raise Mistake(named(
+            raise Mistake(
                 f"no gradient reaches `{name}` through {function} — something detaches it: `.detach()`, "
-                f"`.data`, `.item()`, `.numpy()`, or building a new tensor from results", GRAPH_CUT))
+                f"`.data`, `.item()`, `.numpy()`, or building a new tensor from results", GRAPH_CUT)
         judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6,
                      hint="a NaN gradient on a fully masked row comes from a 0/0 or an exp(-inf - -inf) that "
                      "torch.where or nan_to_num hides in the forward pass but not in the backward pass; make the "
@@ -365,11 +398,11 @@ def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mis
     """``raised`` is what a probe's :func:`attempt` returned for a call that must raise ValueError naming
     ``must_mention``; ``mistake`` is the short name of the mistake (default: no ValueError for bad arguments)."""
     if not isinstance(raised, Raised):
-        raise Mistake(named(f"{what} should raise ValueError with a clear message, but nothing was raised",
-                            mistake or NO_VALUE_ERROR))
+        raise Mistake(f"{what} should raise ValueError with a clear message, but nothing was raised",
+                      mistake or NO_VALUE_ERROR)
     if raised.type != "ValueError":
-        raise Mistake(named(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
-                            f"message that names the shapes or dtypes involved", mistake or NO_VALUE_ERROR))
+        raise Mistake(f"{what} {raised.describe()}; check the arguments first and raise ValueError with a "
+                      f"message that names the shapes or dtypes involved", mistake or NO_VALUE_ERROR)
     missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
     if missing:
         raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
@@ -391,11 +424,11 @@ def judge_projections(obs: Observations, class_name: str) -> None:
                 raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
             if tuple(facts["weight"]) != (out_features, d_model):
                 width_d_k = name == "w_v" and d_v != d_k and tuple(facts["weight"]) == (d_k, d_model)
-                raise Mistake(named(
+                raise Mistake(
                     f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
                     f"{d_model} -> {out_features}" + (" — w_v maps d_model -> d_v; d_v falls back to d_k only "
                                                       "when it is not given" if name == "w_v" else ""),
-                    "w_v of width d_k instead of d_v" if width_d_k else None))
+                    "w_v of width d_k instead of d_v" if width_d_k else None)
             if facts["bias"] != bias:
-                raise Mistake(named(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
-                                    f"to nn.Linear", "bias argument ignored"))
+                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
+                              f"to nn.Linear", "bias argument ignored")

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_RETURN, named
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_RETURN
 from autograder.checks.core import (
     Mistake,
     Observations,
@@ -76,8 +76,8 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     if isinstance(actual, Raised):
         raise Mistake(f"{what} {actual.describe()}")
     if actual is None:
-        raise Mistake(named(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you forget "
-                            f"to `return` it?", NO_RETURN))
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you forget "
+                      f"to `return` it?", NO_RETURN)
     if not isinstance(actual, Tensor):
         raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got a {type(actual).__name__}")
     if _exactly(actual, expected):
@@ -93,7 +93,7 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     # False and 0.0 compare equal: prefer a suspect that also agrees on being boolean or not
     candidates.sort(key=lambda pair: (pair[1].dtype == torch.bool) != (actual.dtype == torch.bool))
     if candidates:
-        raise Mistake(f"{what}: {candidates[0][0].message}")
+        raise Mistake(f"{what}: {candidates[0][0].message}", candidates[0][0].name)
     if actual.shape != expected.shape:
         raise Mistake(f"{what} has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}{tail}")
     a, e = actual.to(torch.float64), expected.to(torch.float64)
@@ -105,23 +105,24 @@ def _judge_bool(facts: Any, what: str) -> None:
     if isinstance(facts, Raised):
         raise Mistake(f"{what} {facts.describe()}")
     if facts is None:
-        raise Mistake(named(f"{what} should return a boolean tensor, got None — did you forget to `return` it?",
-                            NO_RETURN))
+        raise Mistake(f"{what} should return a boolean tensor, got None — did you forget to `return` it?",
+                      NO_RETURN)
     if not isinstance(facts, dict):
         raise Mistake(f"{what} should return a boolean tensor, got a {type(facts).__name__}")
     if facts["dtype"] != "torch.bool":
         kind = "float" if "float" in facts["dtype"] else "integer"
         raise Mistake(f"{what} returned a {facts['dtype']} tensor — masks are boolean, True = may attend, as "
                       f"F.scaled_dot_product_attention expects; a comparison (`j <= i`, `tokens != pad_id`), `&` of "
-                      f"booleans or dtype=torch.bool gives one ({kind} mask instead of bool)")
+                      f"booleans or dtype=torch.bool gives one", f"{kind} mask instead of bool")
 
 
 def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
     if isinstance(facts, Raised):
-        because = f" — {where} (device ignored)" if "device" in facts.message.lower() else ""
-        raise Mistake(f"{what} {facts.describe()}{because}")
+        if "device" in facts.message.lower():
+            raise Mistake(f"{what} {facts.describe()} — {where}", "device ignored")
+        raise Mistake(f"{what} {facts.describe()}")
     if isinstance(facts, dict) and facts["device"] != device:
-        raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where} (device ignored)")
+        raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where}", "device ignored")
 
 
 # ================================================================ causal_mask
@@ -130,27 +131,27 @@ def _causal_suspects(t_q: int, t_k: int) -> list[Suspect]:
     offset = t_k - t_q
     return [
         Suspect("it is the upper triangle: query i may attend itself and the keys *after* it — keep the lower "
-                "triangle, `j <= i` (upper instead of lower triangle)",
+                "triangle, `j <= i`", "upper instead of lower triangle",
                 lambda: torch.triu(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=offset)),
         Suspect("True marks the blocked future here, as in nn.Transformer's masks; in this course (and in "
-                "F.scaled_dot_product_attention) True means 'may attend' (inverted: True marks the future)",
+                "F.scaled_dot_product_attention) True means 'may attend'", "inverted: True marks the future",
                 lambda: ~ref.causal_mask(t_q, t_k)),
-        Suspect("the diagonal is blocked: a token may attend itself, so key j = i must be True "
-                "(diagonal excluded)", lambda: _tril(t_q, t_k, offset - 1)),
+        Suspect("the diagonal is blocked: a token may attend itself, so key j = i must be True",
+                "diagonal excluded", lambda: _tril(t_q, t_k, offset - 1)),
         Suspect("it is a 0/-inf float mask; causal_mask returns the boolean mask (True = may attend) and "
-                "`additive_mask` converts it (additive 0/-inf mask instead of boolean)",
+                "`additive_mask` converts it", "additive 0/-inf mask instead of boolean",
                 lambda: ref.additive_mask(ref.causal_mask(t_q, t_k))),
         Suspect(f"with t_q={t_q} queries and t_k={t_k} keys the queries are the *last* t_q positions, so query i "
                 f"may attend keys j <= i + (t_k - t_q) = i + {offset}; this mask lines query 0 up with key 0, as "
-                f"if there were no cache (queries aligned with the first key)", lambda: _tril(t_q, t_k)),
+                f"if there were no cache", "queries aligned with the first key", lambda: _tril(t_q, t_k)),
         Suspect(f"it has shape ({t_k}, {t_k}): the mask must have one row per query, (t_q, t_k) = ({t_q}, {t_k}) — "
-                f"keep the last t_q rows of the square mask, or use j <= i + (t_k - t_q) "
-                f"(a t_k × t_k mask)", lambda: _tril(t_k, t_k)),
-        Suspect(f"it has shape ({t_q}, {t_q}): t_k is ignored; the mask must be (t_q, t_k) = ({t_q}, {t_k}) "
-                f"(t_k ignored)", lambda: _tril(t_q, t_q)),
+                f"keep the last t_q rows of the square mask, or use j <= i + (t_k - t_q)",
+                "a t_k × t_k mask", lambda: _tril(t_k, t_k)),
+        Suspect(f"it has shape ({t_q}, {t_q}): t_k is ignored; the mask must be (t_q, t_k) = ({t_q}, {t_k})",
+                "t_k ignored", lambda: _tril(t_q, t_q)),
         Suspect(f"the offset has the wrong sign: query i may attend keys j <= i + (t_k - t_q) = i + {offset}, "
-                f"not i - {offset} (offset with the wrong sign)", lambda: _tril(t_q, t_k, -offset)),
-        Suspect("nothing is masked: every query may attend every key (no masking)",
+                f"not i - {offset}", "offset with the wrong sign", lambda: _tril(t_q, t_k, -offset)),
+        Suspect("nothing is masked: every query may attend every key", "no masking",
                 lambda: torch.ones(t_q, t_k, dtype=torch.bool)),
     ]
 
@@ -200,19 +201,19 @@ def _padding_suspects(tokens: Tensor, pad_id: int) -> list[Suspect]:
     batch, t = tokens.shape
     return [
         Suspect("it is True at the padding; padding_mask is True where a token may be attended, i.e. where it "
-                "is *not* pad_id (inverted: True at the pads)", lambda: (tokens == pad_id).unsqueeze(1)),
+                "is *not* pad_id", "inverted: True at the pads", lambda: (tokens == pad_id).unsqueeze(1)),
         Suspect(f"it has shape (B, T) = {(batch, t)}; add the query axis so it is (B, 1, T) = {(batch, 1, t)} and "
-                f"broadcasts over the queries of the scores (B, T_q, T_k) (no query axis)",
+                f"broadcasts over the queries of the scores (B, T_q, T_k)", "no query axis",
                 lambda: keep),
         Suspect(f"it has shape (B, T, 1) = {(batch, t, 1)}: that masks *queries* (rows of the scores), not keys; "
-                f"the key axis is the last one, so unsqueeze(1) to get (B, 1, T) "
-                f"(padding masks queries instead of keys)", lambda: keep.unsqueeze(-1)),
-        Suspect(f"it compares with 0, not with pad_id = {pad_id} (pad_id ignored)",
+                f"the key axis is the last one, so unsqueeze(1) to get (B, 1, T)",
+                "padding masks queries instead of keys", lambda: keep.unsqueeze(-1)),
+        Suspect(f"it compares with 0, not with pad_id = {pad_id}", "pad_id ignored",
                 lambda: (tokens != 0).unsqueeze(1)),
-        Suspect(f"it is expanded to (B, T, T) = {(batch, t, t)}; return (B, 1, T) and let broadcasting do the rest "
-                f"(expanded over the queries)", lambda: keep.unsqueeze(1).expand(batch, t, t)),
-        Suspect("it is a 0/-inf float mask; padding_mask returns the boolean mask, True = may attend "
-                "(additive 0/-inf mask instead of boolean)", lambda: ref.additive_mask(keep.unsqueeze(1))),
+        Suspect(f"it is expanded to (B, T, T) = {(batch, t, t)}; return (B, 1, T) and let broadcasting do the rest",
+                "expanded over the queries", lambda: keep.unsqueeze(1).expand(batch, t, t)),
+        Suspect("it is a 0/-inf float mask; padding_mask returns the boolean mask, True = may attend",
+                "additive 0/-inf mask instead of boolean", lambda: ref.additive_mask(keep.unsqueeze(1))),
     ]
 
 
@@ -238,9 +239,9 @@ def _judge_padding_shape(obs: Observations) -> None:
         if facts["shape"] != (batch, 1, t):
             mistake = {(batch, t): "no query axis", (batch, t, 1): "padding masks queries instead of keys",
                        (batch, t, t): "expanded over the queries"}.get(facts["shape"])
-            raise Mistake(named(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis "
-                                f"of size 1 stands for the queries, so the mask blocks the same keys for every query",
-                                mistake))
+            raise Mistake(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis "
+                          f"of size 1 stands for the queries, so the mask blocks the same keys for every query",
+                          mistake)
         _judge_bool(facts, what)
     _judge_device(obs["meta"], "padding_mask of tokens on the meta device", "meta",
                   "compare the tokens themselves; don't build a new tensor on the CPU")
@@ -280,15 +281,15 @@ def _or_all(masks: list[Tensor]) -> Tensor:
 def _combine_suspects(masks: list[Tensor]) -> list[Suspect]:
     return [
         Suspect("it is the OR of the masks: a key is allowed when *any* mask allows it; it must be allowed by "
-                "every mask — use `&` (OR instead of AND)", lambda: _or_all(masks)),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m` "
-                "(only the last mask kept)", lambda: masks[-1].expand(_broadcast_shape(masks))),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m` "
-                "(only the last mask kept)", lambda: masks[-1]),
-        Suspect("it keeps only the first mask; combine each mask with the result so far, `out = out & m` "
-                "(only the first mask kept)", lambda: masks[0]),
-        Suspect("it is inverted: the AND of the masks is True where a key may be attended "
-                "(inverted result)", lambda: ~_and_all(masks)),
+                "every mask — use `&`", "OR instead of AND", lambda: _or_all(masks)),
+        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
+                "only the last mask kept", lambda: masks[-1].expand(_broadcast_shape(masks))),
+        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
+                "only the last mask kept", lambda: masks[-1]),
+        Suspect("it keeps only the first mask; combine each mask with the result so far, `out = out & m`",
+                "only the first mask kept", lambda: masks[0]),
+        Suspect("it is inverted: the AND of the masks is True where a key may be attended",
+                "inverted result", lambda: ~_and_all(masks)),
     ]
 
 
@@ -300,15 +301,15 @@ def _judge_combine(obs: Observations) -> None:
     for masks, case in zip(_COMBINE_CASES, obs["cases"], strict=True):
         if case["modified"]:  # even when the call then raised: `&=` fails only once the shape grows
             raise Mistake(f"{_combine_call(masks)} modified its input mask number {case['modified'][0] + 1} in "
-                          f"place (`&=`, `logical_and_`); `out = out & m` makes a new tensor "
-                          f"({MODIFIED_IN_PLACE})")
+                          f"place (`&=`, `logical_and_`); `out = out & m` makes a new tensor",
+                          MODIFIED_IN_PLACE)
 
     def one(result: Any, masks: list[Tensor]) -> None:
         what = _combine_call(masks)
         shapes_differ = len({m.shape for m in masks}) > 1
         if isinstance(result, Raised) and result.type == "RuntimeError" and shapes_differ:
             raise Mistake(f"{what} {result.describe()} — masks of different shapes must broadcast together: "
-                          f"`a & b` broadcasts, torch.stack and torch.cat do not (masks not broadcast)")
+                          f"`a & b` broadcasts, torch.stack and torch.cat do not", "masks not broadcast")
         judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
                    hint="a key may be attended only if every mask allows it")
         _judge_bool(tensor_facts(result), what)
@@ -324,18 +325,19 @@ def _judge_combine_none(obs: Observations) -> None:
             raise Mistake(f"{what} {out.describe()}")
         if isinstance(out, Raised):
             if given:
-                because = " — skip the None entries before combining (None not ignored)" \
-                    if "none" in out.message.lower() else ""
-                raise Mistake(f"{what} {out.describe()}{because}")
+                if "none" in out.message.lower():
+                    raise Mistake(f"{what} {out.describe()} — skip the None entries before combining",
+                                  "None not ignored")
+                raise Mistake(f"{what} {out.describe()}")
             raise Mistake(f"{what} {out.describe()} — when every mask is None there is nothing to combine: "
-                          f"return None (all None should give None)")
+                          f"return None", "all None should give None")
         if not given:
             if out is not None:
                 raise Mistake(f"{what} returned {out!r:.60} — with no mask at all the result is None, meaning "
-                              f"'no masking', which attention(q, k, v, mask=None) understands "
-                              f"(all None should give None)")
+                              f"'no masking', which attention(q, k, v, mask=None) understands",
+                              "all None should give None")
             continue
-        suspects = [Suspect("None was treated as a mask that blocks everything (None not ignored)",
+        suspects = [Suspect("None was treated as a mask that blocks everything", "None not ignored",
                             lambda given=given: torch.zeros_like(_and_all(given)))]
         judge_mask(out, ref.combine_masks(*args), what, suspects + (_combine_suspects(given) if len(given) > 1 else []),
                    hint="None entries are ignored")
@@ -357,21 +359,21 @@ def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list
     zeros = torch.zeros(mask.shape, dtype=dtype)
     return [
         Suspect("blocked entries hold -1e9, not -inf: a large negative number is not the same mask — a row "
-                "with every key blocked gets equal weights instead of zeros (large negative number instead of -inf)",
+                "with every key blocked gets equal weights instead of zeros", "large negative number instead of -inf",
                 lambda: zeros.masked_fill(~mask, -1e9)),
-        Suspect("blocked entries hold torch.finfo(dtype).min, not -inf (finfo.min instead of -inf)",
+        Suspect("blocked entries hold torch.finfo(dtype).min, not -inf", "finfo.min instead of -inf",
                 lambda: zeros.masked_fill(~mask, torch.finfo(dtype).min)),
         Suspect("it is the mask as numbers, 1 where True and 0 where False; adding it to the scores blocks nothing "
-                "— the additive form is 0 where True and -inf where False (bool mask cast to 1/0)",
+                "— the additive form is 0 where True and -inf where False", "bool mask cast to 1/0",
                 lambda: mask.to(dtype)),
-        Suspect("it is 0 where True and 1 where False; blocked entries must be -inf, so exp(-inf) = 0 "
-                "(blocked keys get 1, not -inf)", lambda: (~mask).to(dtype)),
-        Suspect("it is inverted: -inf must go where the mask is False (blocked), 0 where it is True "
-                "(inverted: -inf where True)", lambda: zeros.masked_fill(mask, NEG_INF)),
+        Suspect("it is 0 where True and 1 where False; blocked entries must be -inf, so exp(-inf) = 0",
+                "blocked keys get 1, not -inf", lambda: (~mask).to(dtype)),
+        Suspect("it is inverted: -inf must go where the mask is False (blocked), 0 where it is True",
+                "inverted: -inf where True", lambda: zeros.masked_fill(mask, NEG_INF)),
         Suspect("it holds NaN where the mask is True: 0 × -inf is NaN, so multiplying the mask by -inf does not "
-                "work — fill with masked_fill or torch.where (mask multiplied by -inf)",
+                "work — fill with masked_fill or torch.where", "mask multiplied by -inf",
                 lambda: (~mask).to(dtype) * NEG_INF),
-        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0 (positive infinity instead of -inf)",
+        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0", "positive infinity instead of -inf",
                 lambda: zeros.masked_fill(~mask, float("inf"))),
     ]
 
@@ -391,18 +393,18 @@ def _judge_additive_dtype_device(obs: Observations) -> None:
     if isinstance(facts, Raised):
         raise Mistake(f"additive_mask(mask) {facts.describe()}")
     if isinstance(facts, dict) and facts["dtype"] != "torch.float32":
-        raise Mistake(f"additive_mask(mask) returned {facts['dtype']}; its default dtype is torch.float32 "
-                      f"(wrong default dtype)")
+        raise Mistake(f"additive_mask(mask) returned {facts['dtype']}; its default dtype is torch.float32",
+                      "wrong default dtype")
     for dtype, out in zip(_DTYPES, obs["dtypes"], strict=True):
         what = f"additive_mask(mask, dtype={dtype})"
         if isinstance(out, Tensor) and out.dtype != dtype:
             raise Mistake(f"{what} returned {out.dtype} — create the result in the requested dtype, "
-                          f"`torch.zeros(mask.shape, dtype=dtype, ...)` (dtype argument ignored)")
+                          f"`torch.zeros(mask.shape, dtype=dtype, ...)`", "dtype argument ignored")
         judge_mask(out, ref.additive_mask(mask, dtype), what, _additive_suspects(mask, dtype),
                    hint=f"-inf exists in every floating dtype, {dtype} included")
     positional = obs["positional"]
     if isinstance(positional, dict) and positional["dtype"] != "torch.float64":
-        raise Mistake(f"additive_mask(mask, torch.float64) returned {positional['dtype']} (dtype argument ignored)")
+        raise Mistake(f"additive_mask(mask, torch.float64) returned {positional['dtype']}", "dtype argument ignored")
     _judge_device(obs["meta"], "additive_mask of a mask on the meta device", "meta",
                   "create the result on mask.device")
 
@@ -419,47 +421,48 @@ register("additive_mask_errors", _judge_additive_errors)
 
 # ================================================================ CausalSelfAttention
 
-def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> list[tuple[str, Callable[[], Any]]]:
-    """(message, make) pairs: ``make()`` returns (out, weights) of attention under one plausible wrong mask."""
+def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> list[Suspect]:
+    """The plausible wrong masks: each one's ``produce()`` returns (out, weights) of attention under it."""
     w = {name: t.to(x.dtype) for name, t in w.items()}
     q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
     t = x.shape[1]
     causal, pad = ref.causal_mask(t), _pad(tokens)
     run = lambda mask: attend(q, k, v, mask)  # noqa: E731
     mistakes = [
-        ("the causal mask is not applied: position i also attends the positions after it — combine "
-         "causal_mask(T) with pad_mask (no causal mask)", lambda: run(pad)),
-        ("the causal mask is the upper triangle: position i attends the positions *after* it "
-         "(upper instead of lower triangle)", lambda: run(ref.combine_masks(causal.T, pad))),
-        ("the mask is inverted: True means 'may attend', so pass the mask itself, not its negation "
-         "(inverted mask)", lambda: run(~ref.combine_masks(causal, pad))),
-        ("the diagonal is masked: a position must attend itself (diagonal excluded)",
-         lambda: run(ref.combine_masks(_tril(t, t, -1), pad))),
+        Suspect("the causal mask is not applied: position i also attends the positions after it — combine "
+                "causal_mask(T) with pad_mask", "no causal mask", lambda: run(pad)),
+        Suspect("the causal mask is the upper triangle: position i attends the positions *after* it",
+                "upper instead of lower triangle", lambda: run(ref.combine_masks(causal.T, pad))),
+        Suspect("the mask is inverted: True means 'may attend', so pass the mask itself, not its negation",
+                "inverted mask", lambda: run(~ref.combine_masks(causal, pad))),
+        Suspect("the diagonal is masked: a position must attend itself", "diagonal excluded",
+                lambda: run(ref.combine_masks(_tril(t, t, -1), pad))),
     ]
     if pad is not None:
         mistakes += [
-            ("pad_mask is not used: real tokens still attend the padding — combine it with the causal mask "
-             "(pad_mask ignored)", lambda: run(causal)),
-            ("pad_mask was turned into (B, T, 1), so it blocks padded *queries* (rows) instead of padded keys "
-             "(columns); keep it (B, 1, T) (padding masks queries instead of keys)",
-             lambda: run(causal & pad.transpose(-2, -1))),
-            ("the masks are combined with OR: a key must be allowed by the causal mask *and* the padding mask "
-             "(OR instead of AND)", lambda: run(causal | pad)),
-            ("pad_mask is negated: padding_mask is True at real tokens, so use it as it is (pad_mask inverted)",
-             lambda: run(causal & ~pad)),
+            Suspect("pad_mask is not used: real tokens still attend the padding — combine it with the causal mask",
+                    "pad_mask ignored", lambda: run(causal)),
+            Suspect("pad_mask was turned into (B, T, 1), so it blocks padded *queries* (rows) instead of padded keys "
+                    "(columns); keep it (B, 1, T)", "padding masks queries instead of keys",
+                    lambda: run(causal & pad.transpose(-2, -1))),
+            Suspect("the masks are combined with OR: a key must be allowed by the causal mask *and* the padding mask",
+                    "OR instead of AND", lambda: run(causal | pad)),
+            Suspect("pad_mask is negated: padding_mask is True at real tokens, so use it as it is", "pad_mask inverted",
+                    lambda: run(causal & ~pad)),
         ]
     return mistakes
 
 
-def _name_module_mistake(actual_out: Any, x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> str:
-    """The message of the first mistake whose output matches ``actual_out``, or ''."""
+def _name_module_mistake(actual_out: Any, x: Tensor, tokens: Tensor | None,
+                         w: dict[str, Tensor]) -> Suspect | None:
+    """The first mistake whose output matches ``actual_out``, or None."""
     if not isinstance(actual_out, Tensor):
-        return ""
-    for message, make in _module_mistakes(x, tokens, w):
-        out = make()[0]
+        return None
+    for mistake in _module_mistakes(x, tokens, w):
+        out = mistake.produce()[0]
         if out.shape == actual_out.shape and torch.allclose(actual_out.to(out.dtype), out, atol=1e-5, rtol=1e-4):
-            return message
-    return ""
+            return mistake
+    return None
 
 
 def _nan_only_in_empty_rows(got: Any, allowed: Tensor, batch_t: torch.Size) -> bool:
@@ -487,9 +490,9 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
         if _nan_only_in_empty_rows(result[part], allowed, x.shape[:2]):
             raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
                           f"the softmax of a row of -inf is 0/0 — such a row must give zeros; the given "
-                          f"`attention` does that (NaN on fully masked rows)")
+                          f"`attention` does that", "NaN on fully masked rows")
     for part, name, want in ((1, "weights", weights), (0, "output", out)):
-        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+        suspects = [mistake.part(part) for mistake in mistakes]
         judge_tensor(result[part], want, f"the {name} of {what}", suspects,
                      hint="position i attends the keys 0..i that are not padding")
 
@@ -503,8 +506,8 @@ def _judge_forward(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(f"{what}: forward and backward {got.describe()}")
     if got["dtype"] != "torch.float64":
-        raise Mistake(named(f"{what} returned {got['dtype']} — keep the dtype of x: no `.float()`, no hard-coded "
-                            f"dtype=torch.float32", DTYPE_CHANGED))
+        raise Mistake(f"{what} returned {got['dtype']} — keep the dtype of x: no `.float()`, no hard-coded "
+                      f"dtype=torch.float32", DTYPE_CHANGED)
     module = load_weights(ref.CausalSelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
     module = module.double()
     leaf = x.clone().requires_grad_(True)
@@ -512,14 +515,14 @@ def _judge_forward(obs: Observations) -> None:
     (out * seeded(*out.shape, seed=157, dtype=out.dtype)).sum().backward()
     judge_tensor(got["out"], out.detach(), f"the output of {what}", atol=1e-9, rtol=1e-7)
     if got["grad"] is None:
-        raise Mistake(named(f"no gradient reaches x through {what} — something detaches it: `.detach()`, `.data`, "
-                            f"or building a new tensor from results", GRAPH_CUT))
+        raise Mistake(f"no gradient reaches x through {what} — something detaches it: `.detach()`, `.data`, "
+                      f"or building a new tensor from results", GRAPH_CUT)
     if isinstance(got["grad"], Tensor) and torch.isnan(got["grad"]).any():
         raise Mistake(f"the gradient of {what} with respect to x contains NaN, though the output does not: a pad at "
                       f"the start of a row attends no key; the softmax of its row of -inf is NaN, and adding -inf "
                       f"(rather than masked_fill) lets that NaN flow back into q and k even when nan_to_num hides "
                       f"it in the forward pass — fill the blocked scores with masked_fill, or use the given "
-                      f"`attention` (NaN gradient on fully masked rows)")
+                      f"`attention`", "NaN gradient on fully masked rows")
     judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6)
 
 
@@ -544,7 +547,8 @@ def _judge_leak(obs: Observations) -> None:
         raise Mistake(
             f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
             f"0..{start - 1}, so the future leaks into the past — "
-            + (mistake or "build the mask with causal_mask(T) and pass it to attention (future leaks)"))
+            + (mistake.message if mistake else "build the mask with causal_mask(T) and pass it to attention"),
+            mistake.name if mistake else "future leaks")
 
 
 def _judge_invariance(obs: Observations) -> None:
@@ -556,7 +560,7 @@ def _judge_invariance(obs: Observations) -> None:
         allowed = ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
         if _nan_only_in_empty_rows(before, allowed, x.shape[:2]):
             raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
-                          f"must give zeros — the given `attention` does that (NaN on fully masked rows)")
+                          f"must give zeros — the given `attention` does that", "NaN on fully masked rows")
         if torch.isnan(before).any():
             raise Mistake(f"{what} gives NaN at index {first_index(torch.isnan(before))}, where a number was expected")
         real = tokens != 0
@@ -565,8 +569,8 @@ def _judge_invariance(obs: Observations) -> None:
         mistake = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
         raise Mistake(
             f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets "
-            f"weight — " + (mistake or "combine pad_mask (B, 1, T) with the causal mask (padding leaks into real "
-                            "tokens)"))
+            f"weight — " + (mistake.message if mistake else "combine pad_mask (B, 1, T) with the causal mask"),
+            mistake.name if mistake else "padding leaks into real tokens")
 
 
 register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "CausalSelfAttention"))
@@ -577,30 +581,33 @@ register("CausalSelfAttention_padding_invariance", _judge_invariance)
 
 # ================================================================ concept checks
 
-def _masked_shapes_suspects(n: int, d: int) -> dict[str, Any]:
-    return {
-        f"the weights compare every token with every token, so they are {n} × {n}; only the output, weights @ V, is "
-        f"{n} × {d} (weights taken to be T × d_model)": ((n, d), (n, d)),
-        "the output is the weights times V, one d_model-wide vector per token (output taken to be T × T)":
-            ((n, n), (n, n)),
-        "the weights come first, then the output (weights and output swapped)": ((n, d), (n, n)),
-        f"the mask sets the blocked weights to zero, it does not remove them: the weights stay {n} × {n} "
-        f"(masked entries taken as removed)": ((n * (n + 1) // 2,), (n, d)),
-    }
+def _masked_shapes_suspects(n: int, d: int) -> list[Suspect]:
+    return [
+        Suspect(f"the weights compare every token with every token, so they are {n} × {n}; only the output, weights @ "
+                f"V, is {n} × {d}",
+                "weights taken to be T × d_model", lambda: ((n, d), (n, d))),
+        Suspect("the output is the weights times V, one d_model-wide vector per token",
+                "output taken to be T × T", lambda: ((n, n), (n, n))),
+        Suspect("the weights come first, then the output", "weights and output swapped", lambda: ((n, d), (n, n))),
+        Suspect(f"the mask sets the blocked weights to zero, it does not remove them: the weights stay {n} × {n}",
+                "masked entries taken as removed", lambda: ((n * (n + 1) // 2,), (n, d))),
+    ]
 
 
-def _visible_keys_suspects(tokens: list[int], pad_id: int, query: int) -> dict[str, Any]:
+def _visible_keys_suspects(tokens: list[int], pad_id: int, query: int) -> list[Suspect]:
     real = [key for key, token in enumerate(tokens) if token != pad_id]
-    return {
-        "a query may not attend a later key: the look-ahead mask keeps keys 0..query (look-ahead mask left out)":
-            tuple(real),
-        "a token may attend itself: the causal mask keeps the diagonal (diagonal masked)":
-            tuple(key for key in real if key < query),
-        "a padded key is hidden from every query by the padding mask (padding mask left out)": tuple(range(query + 1)),
-        "the padding mask hides padded keys, not queries: a padded query still attends the real tokens before it, "
-        "and the loss ignores its output (padding applied to the queries)":
-            () if tokens[query] == pad_id else tuple(key for key in real if key <= query),
-    }
+    return [
+        Suspect("a query may not attend a later key: the look-ahead mask keeps keys 0..query",
+                "look-ahead mask left out", lambda: tuple(real)),
+        Suspect("a token may attend itself: the causal mask keeps the diagonal",
+                "diagonal masked", lambda: tuple(key for key in real if key < query)),
+        Suspect("a padded key is hidden from every query by the padding mask",
+                "padding mask left out", lambda: tuple(range(query + 1))),
+        Suspect("the padding mask hides padded keys, not queries: a padded query still attends the real tokens before "
+                "it, and the loss ignores its output",
+                "padding applied to the queries",
+                lambda: () if tokens[query] == pad_id else tuple(key for key in real if key <= query)),
+    ]
 
 
 register("masked_attention_shapes_answer", lambda obs: judge_answers(

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR, named
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR
 from autograder.checks.core import Mistake, Observations, Raised, seeded
 from autograder.checks.multi_head import (
     _CHANGED_HEAD,
@@ -57,24 +57,30 @@ from solutions import multi_head as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
 
 
-def _not_contiguous_hint(raised: Any) -> str:
-    """What a crash of the learner's code most likely means, or ''."""
+def _not_contiguous_hint(raised: Any) -> tuple[str, str | None]:
+    """What a crash of the learner's code most likely means, and the mistake's name; ('', None) if unknown."""
     if not isinstance(raised, Raised):
-        return ""
+        return "", None
     if "view size is not compatible" in raised.message:
         return (" — `.view` needs a contiguous tensor, and a transposed one is not: call `.contiguous()` before "
-                "`.view(...)`, or use `.reshape(...)` (view of a non-contiguous tensor)")
+                "`.view(...)`, or use `.reshape(...)`", "view of a non-contiguous tensor")
     if "mat1 and mat2 shapes cannot be multiplied" in raised.message:
         return (" — w_o expects d_model features per position: check that merge_heads returns "
-                "(B, T, n_heads · d_head), and that the heads come from split_heads")
-    return ""
+                "(B, T, n_heads · d_head), and that the heads come from split_heads", None)
+    return "", None
+
+
+def _raised(raised: Raised, what: str) -> Mistake:
+    """The Mistake of a call that raised ``raised``: what it raised, and what that most likely means."""
+    hint, name = _not_contiguous_hint(raised)
+    return Mistake(f"{what} {raised.describe()}{hint}", name)
 
 
 def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
     """Only the shape of ``got``. A wrong shape is named by the suspect whose values it has, or else by the one
     suspect of that shape, when only one has it (two mistakes of one shape are told apart by their values)."""
     if isinstance(got, Raised):
-        raise Mistake(f"{what} {got.describe()}{_not_contiguous_hint(got)}")
+        raise _raised(got, what)
     if not isinstance(got, Tensor):
         raise Mistake(f"{what} should return a tensor of shape {expected}, got a {type(got).__name__}")
     if tuple(got.shape) == expected:
@@ -82,7 +88,7 @@ def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[
     wrong = f"{what} has shape {tuple(got.shape)}, expected {expected}"
     suspect = matching_suspect(got, suspects, atol=1e-5, rtol=1e-4)
     if suspect is not None:
-        raise Mistake(f"{wrong}: {suspect.message}")
+        raise Mistake(f"{wrong}: {suspect.message}", suspect.name)
     same_shape = []
     for suspect in suspects:
         try:
@@ -91,8 +97,8 @@ def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[
             continue
         if isinstance(candidate, Tensor) and tuple(candidate.shape) == tuple(got.shape):
             same_shape.append(suspect)
-    if len({s.message for s in same_shape}) == 1:
-        raise Mistake(f"{wrong}: {same_shape[0].message}")
+    if len({(s.message, s.name) for s in same_shape}) == 1:
+        raise Mistake(f"{wrong}: {same_shape[0].message}", same_shape[0].name)
     raise Mistake(f"{wrong} — {hint}")
 
 
@@ -104,14 +110,14 @@ def _split_suspects(x: Tensor, n: int) -> list[Suspect]:
     return [
         Suspect("the heads are a plain view of x as (B, n_heads, T, d_head), which cuts the memory of the "
                 "sequence into n_heads pieces instead of cutting each token's features — view as (B, T, n_heads, "
-                "d_head), then transpose(1, 2) (view without transpose)", lambda: x.reshape(b, n, t, d)),
-        Suspect("it stops at (B, T, n_heads, d_head): move the head axis in front of T with transpose(1, 2) "
-                "(missing transpose)", lambda: x.reshape(b, t, n, d)),
+                "d_head), then transpose(1, 2)", "view without transpose", lambda: x.reshape(b, n, t, d)),
+        Suspect("it stops at (B, T, n_heads, d_head): move the head axis in front of T with transpose(1, 2)",
+                "missing transpose", lambda: x.reshape(b, t, n, d)),
         Suspect("head h got the features h, h + n_heads, h + 2·n_heads, ... — it must get the block "
-                "h·d_head .. (h+1)·d_head - 1: view as (B, T, n_heads, d_head), not (B, T, d_head, n_heads) "
-                "(features interleaved across heads)", lambda: x.reshape(b, t, d, n).permute(0, 3, 1, 2)),
+                "h·d_head .. (h+1)·d_head - 1: view as (B, T, n_heads, d_head), not (B, T, d_head, n_heads)",
+                "features interleaved across heads", lambda: x.reshape(b, t, d, n).permute(0, 3, 1, 2)),
         Suspect("it cuts the positions T into n_heads groups — every head sees every position, with its own "
-                "d_head = d_model / n_heads features: split the last axis (heads split on the wrong axis)",
+                "d_head = d_model / n_heads features: split the last axis", "heads split on the wrong axis",
                 lambda: x.reshape(b, n, t // n, d_model) if t % n == 0 else None),
     ]
 
@@ -157,22 +163,22 @@ def _merge_suspects(h: Tensor) -> list[Suspect]:
     b, n, t, d = h.shape
     return [
         Suspect("it reshapes (B, n_heads, T, d_head) straight to (B, T, n_heads·d_head), which mixes positions "
-                "and heads — transpose(1, 2) back to (B, T, n_heads, d_head) first (merged without transposing "
-                "back)", lambda: h.reshape(b, t, n * d)),
+                "and heads — transpose(1, 2) back to (B, T, n_heads, d_head) first",
+                "merged without transposing back", lambda: h.reshape(b, t, n * d)),
         Suspect("the features come out interleaved (feature j of every head, then feature j + 1, ...) — head h "
                 "must fill the block h·d_head .. (h+1)·d_head - 1: go through (B, T, n_heads, d_head), not "
-                "(B, T, d_head, n_heads) (features interleaved across heads)",
+                "(B, T, d_head, n_heads)", "features interleaved across heads",
                 lambda: h.permute(0, 2, 3, 1).reshape(b, t, n * d)),
         Suspect("the heads are stacked along the positions, giving n_heads·T rows — concatenate them along the "
-                "features, the last axis (heads concatenated along the positions)", lambda: h.reshape(b, n * t, d)),
-        Suspect("it stops at (B, T, n_heads, d_head): flatten the last two axes into n_heads·d_head features "
-                "(heads not flattened)", lambda: h.transpose(1, 2)),
+                "features, the last axis", "heads concatenated along the positions", lambda: h.reshape(b, n * t, d)),
+        Suspect("it stops at (B, T, n_heads, d_head): flatten the last two axes into n_heads·d_head features",
+                "heads not flattened", lambda: h.transpose(1, 2)),
         Suspect("the heads are added up, leaving d_head features per position — each head's output is "
-                "T × d_head and only their concatenation is T × d_model (heads summed instead of concatenated)",
+                "T × d_head and only their concatenation is T × d_model", "heads summed instead of concatenated",
                 lambda: h.sum(dim=1)),
         Suspect("the heads are averaged, leaving d_head features per position — each head's output is "
-                "T × d_head and only their concatenation is T × d_model (heads averaged instead of "
-                "concatenated)", lambda: h.mean(dim=1)),
+                "T × d_head and only their concatenation is T × d_model",
+                "heads averaged instead of concatenated", lambda: h.mean(dim=1)),
     ]
 
 
@@ -182,7 +188,7 @@ def _merge_call(h: Tensor) -> str:
 
 def _judge_merge_one(out: Any, h: Tensor, what: str, expected: Tensor) -> None:
     if isinstance(out, Raised):
-        raise Mistake(f"{what} {out.describe()}{_not_contiguous_hint(out)}")
+        raise _raised(out, what)
     judge_tensor(out, expected, what, _merge_suspects(h),
                  hint="head h fills the features h·d_head .. (h+1)·d_head - 1 of every position")
 
@@ -205,9 +211,9 @@ def _judge_merge_errors(obs: Observations) -> None:
     what = "merge_heads(x (2, 7, 9)), which is not (B, n_heads, T, d_head),"
     raised = obs["raised"]
     if isinstance(raised, Raised) and raised.type == "ValueError" and "values to unpack" in raised.message:
-        raise Mistake(named(f"{what} {raised.describe()}, Python's own complaint about unpacking the shape, not a "
-                            f"check of yours — check x.dim() first and raise ValueError naming the shape",
-                            NO_VALUE_ERROR))
+        raise Mistake(f"{what} {raised.describe()}, Python's own complaint about unpacking the shape, not a "
+                      f"check of yours — check x.dim() first and raise ValueError naming the shape",
+                      NO_VALUE_ERROR)
     judge_value_error(raised, what, ("7", "9"))
 
 
@@ -257,51 +263,51 @@ def _single_head(p: Params, query: Tensor, key: Tensor, value: Tensor, mask: Ten
 
 
 def _mha_mistakes(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int,
-                  mask: Tensor | None) -> list[tuple[str, Callable[[], tuple[Tensor, Tensor]]]]:
-    """(message, make) pairs: ``make()`` returns (out, weights) of one plausible mistake."""
+                  mask: Tensor | None) -> list[Suspect]:
+    """The plausible mistakes: each one's ``produce()`` returns its (out, weights)."""
     d_model = query.shape[-1]
     run = lambda **mistake: _mha(p, query, key, value, n, mask, **mistake)  # noqa: E731
     mistakes = [
-        ("the concatenated heads are returned without the output projection — out = w_o(merge_heads(heads)) "
-         "(no output projection w_o)", lambda: run(use_wo=False)),
-        (f"the scores are divided by √d_model = √{d_model} — each head compares vectors of d_head = "
-         f"{d_model // n} features, so divide by √d_head (scaled by √d_model instead of √d_head)",
-         lambda: run(q_scale=math.sqrt(1 / n))),
-        ("the values are made with w_k — v = w_v(value) (w_k used for the values)", lambda: run(values="w_k")),
-        ("the values are projected from `key` — v = w_v(value) (values taken from key instead of value)",
-         lambda: run(value_input="key")),
-        ("the projections' biases are left out — call the nn.Linear layers themselves, or pass their bias "
-         "(projection biases left out)", lambda: run(use_bias=False)),
-        ("the weights are averaged over the heads — return one attention matrix per head, "
-         "(B, n_heads, T_q, T_k) (weights averaged over heads)", lambda: run(average=True)),
-        ("q, k and v are viewed as (B, n_heads, T, d_head) without a transpose, which scrambles positions and "
-         "heads — split with split_heads (view without transpose)", lambda: run(split=_scrambled_split)),
-        ("the heads are merged by a reshape without transposing back, which mixes positions and heads — merge "
-         "with merge_heads (merged without transposing back)", lambda: run(merge=_scrambled_merge)),
-        ("it attends with a single head of width d_model — split q, k and v into n_heads heads of d_head "
-         "features (heads not split)", lambda: _single_head(p, query, key, value, mask)),
+        Suspect("the concatenated heads are returned without the output projection — out = w_o(merge_heads(heads))",
+                "no output projection w_o", lambda: run(use_wo=False)),
+        Suspect(f"the scores are divided by √d_model = √{d_model} — each head compares vectors of d_head = "
+                f"{d_model // n} features, so divide by √d_head", "scaled by √d_model instead of √d_head",
+                lambda: run(q_scale=math.sqrt(1 / n))),
+        Suspect("the values are made with w_k — v = w_v(value)", "w_k used for the values", lambda: run(values="w_k")),
+        Suspect("the values are projected from `key` — v = w_v(value)", "values taken from key instead of value",
+                lambda: run(value_input="key")),
+        Suspect("the projections' biases are left out — call the nn.Linear layers themselves, or pass their bias",
+                "projection biases left out", lambda: run(use_bias=False)),
+        Suspect("the weights are averaged over the heads — return one attention matrix per head, "
+                "(B, n_heads, T_q, T_k)", "weights averaged over heads", lambda: run(average=True)),
+        Suspect("q, k and v are viewed as (B, n_heads, T, d_head) without a transpose, which scrambles positions and "
+                "heads — split with split_heads", "view without transpose", lambda: run(split=_scrambled_split)),
+        Suspect("the heads are merged by a reshape without transposing back, which mixes positions and heads — merge "
+                "with merge_heads", "merged without transposing back", lambda: run(merge=_scrambled_merge)),
+        Suspect("it attends with a single head of width d_model — split q, k and v into n_heads heads of d_head "
+                "features", "heads not split", lambda: _single_head(p, query, key, value, mask)),
     ]
     if mask is not None:
         last = "unsqueeze(-1), the same as unsqueeze(2) for a 2-D mask" if mask.dim() == 2 else "unsqueeze(-1)"
         mistakes += [
-            ("the mask is not passed on to the attention: masked keys still get weight (mask ignored)",
-             lambda: run(place_mask=lambda m: None)),
-            ("the mask is inverted: True means 'may attend' (inverted mask)",
-             lambda: run(place_mask=lambda m: ~m.unsqueeze(-3))),
-            (f"the mask was given its new axis at the end ({last}), so its axes no longer line up with the "
-             f"scores (B, n_heads, T_q, T_k) — add the head axis in front of T_q: mask.unsqueeze(-3) turns "
-             f"(B, T_q, T_k) into (B, 1, T_q, T_k) and leaves a (T_q, T_k) mask as it is (mask broadcast onto the "
-             f"wrong axis)", lambda: run(place_mask=lambda m: m.unsqueeze(-1))),
-            ("the mask was given its new axis at dim 2 (unsqueeze(2)), so the queries' axis lines up with the "
-             "heads — add the head axis in front of T_q: mask.unsqueeze(-3) (mask broadcast onto the wrong axis)",
-             lambda: run(place_mask=lambda m: m.unsqueeze(2))),
+            Suspect("the mask is not passed on to the attention: masked keys still get weight", "mask ignored",
+                    lambda: run(place_mask=lambda m: None)),
+            Suspect("the mask is inverted: True means 'may attend'", "inverted mask",
+                    lambda: run(place_mask=lambda m: ~m.unsqueeze(-3))),
+            Suspect(f"the mask was given its new axis at the end ({last}), so its axes no longer line up with the "
+                    f"scores (B, n_heads, T_q, T_k) — add the head axis in front of T_q: mask.unsqueeze(-3) turns "
+                    f"(B, T_q, T_k) into (B, 1, T_q, T_k) and leaves a (T_q, T_k) mask as it is",
+                    "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(-1))),
+            Suspect("the mask was given its new axis at dim 2 (unsqueeze(2)), so the queries' axis lines up with the "
+                    "heads — add the head axis in front of T_q: mask.unsqueeze(-3)",
+                    "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(2))),
         ]
         if mask.dim() == 2:
             mistakes.append(
-                ("a (T_q, T_k) mask was given its new axis at dim 1, between T_q and T_k, so its rows line up "
-                 "with the heads — a 2-D mask broadcasts as it is; mask.unsqueeze(-3) adds the head axis in front "
-                 "of T_q whatever the mask's rank (mask broadcast onto the wrong axis)",
-                 lambda: run(place_mask=lambda m: m.unsqueeze(1))))
+                Suspect("a (T_q, T_k) mask was given its new axis at dim 1, between T_q and T_k, so its rows line up "
+                        "with the heads — a 2-D mask broadcasts as it is; mask.unsqueeze(-3) adds the head axis in "
+                        "front of T_q whatever the mask's rank",
+                        "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(1))))
     return mistakes
 
 
@@ -314,20 +320,21 @@ def _describe(d_model: int, n: int, query: Tensor, key: Tensor, mask: Tensor | N
 
 def _pair(result: Any, what: str) -> tuple[Any, Any]:
     if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}{_not_contiguous_hint(result)}")
+        raise _raised(result, what)
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
     return result
 
 
-def _judge_against(result: Any, expected: tuple[Tensor, Tensor], mistakes: list, what: str, hint: str) -> None:
+def _judge_against(result: Any, expected: tuple[Tensor, Tensor], mistakes: list[Suspect], what: str,
+                   hint: str) -> None:
     got = _pair(result, what)
     for part, name in ((1, "weights"), (0, "output")):
         if isinstance(got[part], Tensor) and torch.isnan(got[part]).any() and not torch.isnan(expected[part]).any():
             raise Mistake(f"the {name} of {what} contain NaN: a query whose keys are all masked must get all-zero "
-                          f"weights (softmax of a row of -inf is 0/0) — the given `attention` does that "
-                          f"(NaN on fully masked rows)")
-        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+                          f"weights (softmax of a row of -inf is 0/0) — the given `attention` does that",
+                          "NaN on fully masked rows")
+        suspects = [mistake.part(part) for mistake in mistakes]
         judge_tensor(got[part], expected[part], f"the {name} of {what}", suspects, hint=hint)
 
 
@@ -344,7 +351,7 @@ def _judge_projections(obs: Observations) -> None:
             facts = obs[label][name]
             if name == "w_o" and facts["type"] == "NoneType":
                 raise Mistake(f"{call} has no `w_o` — the concatenated heads are projected back with "
-                              f"w_o = nn.Linear(d_model, d_model) (no output projection w_o)")
+                              f"w_o = nn.Linear(d_model, d_model)", "no output projection w_o")
             if facts["type"] != "Linear":
                 raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
             if facts["weight"] != (24, 24):
@@ -353,7 +360,7 @@ def _judge_projections(obs: Observations) -> None:
                               f"d_head = 6 rows")
             if facts["bias"] != bias:
                 raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
-                              f"nn.Linear (bias argument ignored)")
+                              f"nn.Linear", "bias argument ignored")
 
 
 def _judge_shapes(obs: Observations) -> None:
@@ -366,7 +373,7 @@ def _judge_shapes(obs: Observations) -> None:
         mistakes = _mha_mistakes(p, query, key, key, n, None)
         for got, part, expected, name in ((weights, 1, (b, n, t_q, t_k), "weights"),
                                           (out, 0, (b, t_q, d_model), "out")):
-            suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+            suspects = [mistake.part(part) for mistake in mistakes]
             _judge_shape(got, expected, f"`{name}` of {what}", suspects,
                          "out must be (B, T_q, d_model) and weights (B, n_heads, T_q, T_k), one matrix per head")
 
@@ -385,7 +392,7 @@ def _judge_values(cases: list[tuple]) -> Callable[[Observations], None]:
         if isinstance(result, Raised) and others_ran and mask is not None and mask.dim() == 2:
             raise Mistake(f"{what} {result.describe()} — a (T_q, T_k) mask must work as it is: add the head axis "
                           f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
-                          f"(B, T_q, T_k) masks alike (mask broadcast onto the wrong axis)")
+                          f"(B, T_q, T_k) masks alike", "mask broadcast onto the wrong axis")
         p = _params(d_model, seed, bias)
         hint = "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out is w_o of the merged heads"
         if mask is not None:
@@ -451,27 +458,26 @@ def _judge_heads(obs: Observations) -> None:
         if not isinstance(weights, Tensor) or tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):
             shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
             p = _params(d_model, seed, bias=True)
-            suspect = matching_suspect(weights, [Suspect(m, lambda make=make: make()[1])
-                                                 for m, make in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4) \
+            suspect = matching_suspect(weights, [m.part(1) for m in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4) \
                 if isinstance(weights, Tensor) else None
             expected = (x.shape[0], n, x.shape[1], x.shape[1])
             raise Mistake(f"the weights of {what} have shape {shape}, expected {expected}, one matrix per head"
-                          + (f": {suspect.message}" if suspect else ""))
+                          + (f": {suspect.message}" if suspect else ""), suspect.name if suspect else None)
     changed = [h for h in range(n) if not torch.allclose(before[:, h], after[:, h], atol=1e-6, rtol=1e-5)]
     if changed == [_CHANGED_HEAD]:
         return
     rows = f"{_CHANGED_HEAD * d}..{(_CHANGED_HEAD + 1) * d - 1}"
     p = _params(d_model, seed, bias=True)
-    suspect = matching_suspect(before, [Suspect(m, lambda make=make: make()[1])
-                                        for m, make in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4)
+    suspect = matching_suspect(before, [m.part(1) for m in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4)
     if not changed:
         raise Mistake(f"{what}: changing the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed no head's "
-                      f"weights — are the queries made with w_q? (w_q not used)")
+                      f"weights — are the queries made with w_q?", "w_q not used")
     raise Mistake(
         f"{what}: changing only the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed the weights of "
         f"heads {changed}, expected head {_CHANGED_HEAD} alone — "
         + (suspect.message if suspect else "head h must use only the features h·d_head .. (h+1)·d_head - 1 of q, "
-           "k and v: view as (B, T, n_heads, d_head), then transpose(1, 2) (heads mixed)"))
+           "k and v: view as (B, T, n_heads, d_head), then transpose(1, 2)"),
+        suspect.name if suspect else "heads mixed")
 
 
 register("MultiHeadAttention_head_independence", _judge_heads)
@@ -498,18 +504,20 @@ def _judge_dropout(obs: Observations) -> None:
 
     eval_out, eval_weights = _tensors(obs["eval"], f"{call} in eval mode", (out, weights))
     eval_mistake = ("dropout acts only in training mode: use an nn.Dropout module, or "
-                    "F.dropout(..., training=self.training) (dropout applied in eval mode)")
+                    "F.dropout(..., training=self.training)")
     if ((eval_weights == 0) & (weights != 0)).any():
-        raise Mistake(f"{call} in eval mode zeroes some attention weights — {eval_mistake}")
+        raise Mistake(f"{call} in eval mode zeroes some attention weights — {eval_mistake}",
+                      "dropout applied in eval mode")
     if not torch.allclose(eval_out, out, atol=1e-5, rtol=1e-4, equal_nan=True):
-        raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0 — {eval_mistake}")
+        raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0 — {eval_mistake}",
+                      "dropout applied in eval mode")
 
     what = f"{call} in training mode"
     train_out, train_weights = _tensors(obs["train"], what, (out, weights))
     if tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):  # the shape checks name that mistake
         if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
             raise Mistake(f"{what}: the output is the output without dropout — apply nn.Dropout(dropout) to the "
-                          f"attention weights in forward (dropout ignored)")
+                          f"attention weights in forward", "dropout ignored")
         return
     kept = train_weights != 0
     dropped = (~kept & (weights != 0)).float().mean().item()
@@ -517,17 +525,17 @@ def _judge_dropout(obs: Observations) -> None:
         zeroed = ((train_out == 0) & (out != 0)).float().mean().item()
         if zeroed > 0.2:
             raise Mistake(f"{what}: the weights are all kept but {zeroed:.0%} of the output is zero — dropout "
-                          f"belongs on the attention weights, before they multiply v (dropout on the output "
-                          f"instead of the weights)")
+                          f"belongs on the attention weights, before they multiply v",
+                          "dropout on the output instead of the weights")
         if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
             raise Mistake(f"{what}: no attention weight was dropped — apply nn.Dropout(dropout) to the weights "
-                          f"in forward (dropout ignored)")
+                          f"in forward", "dropout ignored")
         raise Mistake(f"{what}: the returned weights show no dropout, but the output is not the output without "
                       f"dropout — return the weights after dropout, the ones that multiplied v, as "
-                      f"nn.MultiheadAttention does (weights returned before dropout)")
+                      f"nn.MultiheadAttention does", "weights returned before dropout")
     if not 0.25 < dropped < 0.75:
         raise Mistake(f"{what}: {dropped:.0%} of the weights were dropped, expected about {p_drop:.0%} — pass "
-                      f"`dropout` as the probability of dropping (dropout probability wrong)")
+                      f"`dropout` as the probability of dropping", "dropout probability wrong")
     judge_tensor(train_weights[kept], weights[kept] / (1 - p_drop), f"the weights that {what} kept",
                  hint=f"dropout scales the kept weights by 1 / (1 - p) = {1 / (1 - p_drop):g}; nn.Dropout does that")
     params = _params(d_model, seed, bias=True)
@@ -537,8 +545,8 @@ def _judge_dropout(obs: Observations) -> None:
         v = ref.split_heads(x @ params["w_v"][0].T + params["w_v"][1], n)
         expected = ref.merge_heads(train_weights @ v) @ params["w_o"][0].T + params["w_o"][1]
         judge_tensor(train_out, expected, f"the output of {what}, compared with w_o(merge_heads(weights @ v)) for "
-                     f"the returned weights", hint="multiply v by the weights after dropout (output not computed "
-                     "from the dropped weights)")
+                     f"the returned weights", hint="multiply v by the weights after dropout",
+                     mistake="output not computed from the dropped weights")
 
 
 register("MultiHeadAttention_dropout", _judge_dropout)
@@ -550,17 +558,17 @@ def _judge_contract(obs: Observations) -> None:
     function = "MultiHeadAttention"
     if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
         names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(named(f"{function} modified its input {names} in place — use out-of-place operations: "
-                            f"`masked_fill`, not `masked_fill_`; `x = x * s`, not `x *= s`", MODIFIED_IN_PLACE))
+        raise Mistake(f"{function} modified its input {names} in place — use out-of-place operations: "
+                      f"`masked_fill`, not `masked_fill_`; `x = x * s`, not `x *= s`", MODIFIED_IN_PLACE)
     if obs["raised"] is not None:
         raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
     if obs["out_dtype"] != "torch.float64":
-        raise Mistake(named(f"{function} returned {obs['out_dtype']} for a float64 module and inputs — keep the "
-                            f"input's dtype: no `.float()`, no hard-coded `dtype=torch.float32`", DTYPE_CHANGED))
+        raise Mistake(f"{function} returned {obs['out_dtype']} for a float64 module and inputs — keep the "
+                      f"input's dtype: no `.float()`, no hard-coded `dtype=torch.float32`", DTYPE_CHANGED)
     if not obs["requires_grad"]:
-        raise Mistake(named(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid "
-                            f"`.detach()`, `.item()`, `.numpy()`, `torch.tensor(...)` of results and "
-                            f"`torch.no_grad()`", GRAPH_CUT))
+        raise Mistake(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid "
+                      f"`.detach()`, `.item()`, `.numpy()`, `torch.tensor(...)` of results and "
+                      f"`torch.no_grad()`", GRAPH_CUT)
     leaves = {name: t.detach().clone().requires_grad_(True) for name, t in _CONTRACT.items()}
     out = _contract_module(ref.MultiHeadAttention)(**leaves)[0]
     cotangent = seeded(*out.shape, seed=_CONTRACT_SEED, dtype=out.dtype)
@@ -573,9 +581,9 @@ def _judge_contract(obs: Observations) -> None:
             raise Mistake(f"no gradient reaches `{name}` through {function}: the output does not depend on it — "
                           f"check that q, k and v are made from query, key and value, in that order")
         if got is None:
-            raise Mistake(named(f"no gradient reaches `{name}` through {function} — something detaches it: "
-                                f"`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results",
-                                GRAPH_CUT))
+            raise Mistake(f"no gradient reaches `{name}` through {function} — something detaches it: "
+                          f"`.detach()`, `.data`, `.item()`, `.numpy()`, or building a new tensor from results",
+                          GRAPH_CUT)
         if same_out:  # a wrong output is named by the value checks; its gradient would only repeat them
             judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6)
     what = f"{function}(8, 2) in float64 with a padding mask (2, 1, 4) whose second row may attend nothing"
@@ -583,19 +591,19 @@ def _judge_contract(obs: Observations) -> None:
     if isinstance(grad, Raised):
         raise Mistake(f"{what}: forward and backward {grad.describe()}")
     if not isinstance(grad, Tensor):
-        raise Mistake(named(f"no gradient reaches x through {what} — something detaches it", GRAPH_CUT))
+        raise Mistake(f"no gradient reaches x through {what} — something detaches it", GRAPH_CUT)
     if torch.isnan(grad).any():
         raise Mistake(f"the gradient of {what} contains NaN: a query whose keys are all masked must give zeros in "
                       f"the backward pass too — fill the blocked scores with masked_fill before the softmax and "
-                      f"make the fully masked rows safe, or use the given `attention` (NaN gradient on fully "
-                      f"masked rows)")
+                      f"make the fully masked rows safe, or use the given `attention`",
+                      "NaN gradient on fully masked rows")
     meta = obs["meta"]
     if isinstance(meta, Raised):
         raise Mistake(f"{function}(8, 2) on the `meta` device {meta.describe()} — build every tensor on the device "
-                      f"of the inputs (device not kept)")
+                      f"of the inputs", "device not kept")
     if meta != ("meta", "meta"):
         raise Mistake(f"{function}(8, 2) on the `meta` device returned (out, weights) on {meta!r:.80} — keep the "
-                      f"device of the inputs (device not kept)")
+                      f"device of the inputs", "device not kept")
 
 
 register("MultiHeadAttention_contract", _judge_contract)
@@ -615,26 +623,27 @@ register("MultiHeadAttention_errors", _judge_errors)
 
 # ================================================================ concept checks
 
-def _head_shape_suspects(n: int, d_model: int, n_heads: int) -> dict[str, Any]:
-    return {
-        f"each head works in d_model / n_heads dimensions; only the concatenation of the {n_heads} heads is "
-        f"{d_model} wide (one head taken to be d_model wide)": (n, d_model),
-        "that is the shape of all the heads together, after split_heads; one head's queries have no head axis "
-        "(all the heads taken for one)": (n_heads, n, d_model // n_heads),
-    }
+def _head_shape_suspects(n: int, d_model: int, n_heads: int) -> list[Suspect]:
+    return [
+        Suspect(f"each head works in d_model / n_heads dimensions; only the concatenation of the {n_heads} heads is "
+                f"{d_model} wide", "one head taken to be d_model wide", lambda: (n, d_model)),
+        Suspect("that is the shape of all the heads together, after split_heads; one head's queries have no head axis",
+                "all the heads taken for one", lambda: (n_heads, n, d_model // n_heads)),
+    ]
 
 
-def _parameter_suspects(d: int, n_heads: int) -> dict[str, Any]:
+def _parameter_suspects(d: int, n_heads: int) -> list[Suspect]:
     d_head = d // n_heads
-    return {
-        "the heads share out the d_model-wide projections between them: more heads, the same four projections, the "
-        "same parameters (parameters multiplied by the heads)": n_heads * 4 * (d * d + d),
-        "each of the four projections has a bias of d_model numbers too (biases left out)": 4 * d * d,
-        "there are four projections: w_q, w_k, w_v and the output projection w_o (output projection left out)":
-            3 * (d * d + d),
-        "each projection maps d_model to d_model, for all the heads at once, not to one head's width "
-        "(projections one head wide)": 4 * (d * d_head + d_head),
-    }
+    return [
+        Suspect("the heads share out the d_model-wide projections between them: more heads, the same four projections, "
+                "the same parameters",
+                "parameters multiplied by the heads", lambda: n_heads * 4 * (d * d + d)),
+        Suspect("each of the four projections has a bias of d_model numbers too", "biases left out", lambda: 4 * d * d),
+        Suspect("there are four projections: w_q, w_k, w_v and the output projection w_o",
+                "output projection left out", lambda: 3 * (d * d + d)),
+        Suspect("each projection maps d_model to d_model, for all the heads at once, not to one head's width",
+                "projections one head wide", lambda: 4 * (d * d_head + d_head)),
+    ]
 
 
 register("head_query_shape_answer", lambda obs: judge_answers(

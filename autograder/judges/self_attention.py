@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, named
+from attention_course.testing import GRAPH_CUT, LIBRARY_CALL
 from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
 from autograder.checks.self_attention import (
     _FORWARD_CASES,
@@ -56,26 +56,26 @@ def _softmax_suspects(x: Tensor, dim: int) -> list[Suspect]:
         *(
             Suspect(
                 f"it sums to 1 along dim {d}, not along dim={dim} — take the max and the sum along the `dim` "
-                f"argument (softmax over the wrong axis)",
+                f"argument", "softmax over the wrong axis",
                 lambda d=d: ref.softmax(x, d),
             )
             for d in others
         ),
         *(
             Suspect(
-                "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)` "
-                "(forgot keepdim)",
+                "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)`",
+                "forgot keepdim",
                 lambda shift=shift: _exp_over_sum(x - shift, dim, keepdim=False),
             )
             for shift in (0.0, x.amax(dim=dim, keepdim=True))
         ),
         Suspect(
-            "it divides by the sum over the whole tensor; sum only along `dim` (normalised over everything)",
+            "it divides by the sum over the whole tensor; sum only along `dim`", "normalised over everything",
             lambda: torch.exp(x) / torch.exp(x).sum(),
         ),
-        Suspect("it is not normalised: divide exp(x) by its sum along `dim` (missing the division)",
+        Suspect("it is not normalised: divide exp(x) by its sum along `dim`", "missing the division",
                 lambda: torch.exp(x)),
-        Suspect("it forgot the exponential: softmax is exp(x) / sum(exp(x)), not x / sum(x)",
+        Suspect("it forgot the exponential: softmax is exp(x) / sum(exp(x)), not x / sum(x)", "missing the exponential",
                 lambda: x / x.sum(dim=dim, keepdim=True)),
     ]
 
@@ -97,18 +97,18 @@ def _judge_one_stable(out: Any, x: Tensor, dim: int) -> None:
     suspects = [
         Suspect(
             "exp overflows for large inputs (exp(89) is already inf in float32), giving inf/inf = NaN — "
-            "subtract the maximum along `dim` before exponentiating; the result is mathematically unchanged "
-            "(overflowing softmax)",
+            "subtract the maximum along `dim` before exponentiating; the result is mathematically unchanged",
+            "overflowing softmax",
             lambda x=x, dim=dim: _exp_over_sum(x, dim),
         ),
         Suspect(
             "it subtracts the maximum of the whole tensor, so slices far below it underflow to 0/0 = NaN — "
-            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
+            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
             lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim),
         ),
         Suspect(
             "it subtracts the maximum of the whole tensor, so slices far below it underflow to all zeros — "
-            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)` (global instead of per-slice max)",
+            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
             lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
         ),
         *_softmax_suspects(x, dim),
@@ -128,12 +128,12 @@ def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
         Suspect(
             "a slice that is entirely -inf (a query whose keys are all masked) gives NaN: its maximum is -inf "
             "and -inf - (-inf) is NaN — use 0 where the maximum is not finite, and divide by 1 where the sum "
-            "is 0, so the slice comes out all zeros (NaN on fully masked rows)",
+            "is 0, so the slice comes out all zeros", "NaN on fully masked rows",
             lambda x=x, dim=dim: _exp_over_sum(x - x.amax(dim=dim, keepdim=True), dim),
         ),
         Suspect(
             "a slice that is entirely -inf gives equal weights instead of zeros — if you replace -inf by a "
-            "large negative number, zero those slices afterwards (large negative number instead of -inf)",
+            "large negative number, zero those slices afterwards", "large negative number instead of -inf",
             lambda x=finite_min, dim=dim: ref.softmax(x, dim),
         ),
         *_softmax_suspects(x, dim),
@@ -145,8 +145,8 @@ def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
 def _judge_softmax_library(obs: Observations) -> None:
     used = [name for name in LIBRARY_SOFTMAX if name in obs["called"]]
     if used:
-        raise Mistake(named(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax "
-                            f"yourself from exp, max and sum", LIBRARY_CALL))
+        raise Mistake(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax "
+                      f"yourself from exp, max and sum", LIBRARY_CALL)
     if isinstance(obs["result"], Raised):
         raise Mistake(f"softmax(x of shape (3, 5)) {obs['result'].describe()}")
 
@@ -165,17 +165,18 @@ def _score_suspects(q: Tensor, k: Tensor) -> list[Suspect]:
     d_k = q.shape[-1]
     raw = lambda: q @ k.transpose(-2, -1)  # noqa: E731
     return [
-        Suspect(f"it is not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g} (no scaling)", raw),
-        Suspect(f"it divides by d_k = {d_k} instead of √d_k = {math.sqrt(d_k):g} (dividing by d_k)",
+        Suspect(f"it is not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g}", "no scaling", raw),
+        Suspect(f"it divides by d_k = {d_k} instead of √d_k = {math.sqrt(d_k):g}", "dividing by d_k",
                 lambda: raw() / d_k),
-        Suspect("it multiplies by √d_k instead of dividing by it (multiplied by √d_k)", lambda: raw() * math.sqrt(d_k)),
+        Suspect("it multiplies by √d_k instead of dividing by it",
+                "multiplied by √d_k", lambda: raw() * math.sqrt(d_k)),
         Suspect(f"it divides by √T_k = √{k.shape[-2]}, the number of keys, instead of √d_k — d_k is the last axis "
-                f"of q and k (scaled by the number of keys)", lambda: raw() / math.sqrt(k.shape[-2])),
+                f"of q and k", "scaled by the number of keys", lambda: raw() / math.sqrt(k.shape[-2])),
         Suspect("`k.T` reverses every axis of a batched tensor — transpose only the last two axes with "
-                "`k.transpose(-2, -1)` or `k.mT` (k.T on batched keys)",
+                "`k.transpose(-2, -1)` or `k.mT`", "k.T on batched keys",
                 lambda: q @ k.permute(*reversed(range(k.dim()))) / math.sqrt(d_k)),
-        Suspect("the scores are transposed: row i must belong to query i — compute q @ kᵀ, not k @ qᵀ "
-                "(transposed scores)", lambda: ref.attention_scores(k, q)),
+        Suspect("the scores are transposed: row i must belong to query i — compute q @ kᵀ, not k @ qᵀ",
+                "transposed scores", lambda: ref.attention_scores(k, q)),
     ]
 
 
@@ -214,32 +215,32 @@ def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: i
     scores = raw / math.sqrt(d_k)
     suspects = [
         Suspect("the softmax runs over the query axis (dim=-2); each query's weights must sum to 1 over the "
-                "keys, dim=-1 (softmax over the wrong axis)", lambda: attend(masked(scores, NEG_INF), dim=-2)),
-        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g} (no scaling)",
+                "keys, dim=-1", "softmax over the wrong axis", lambda: attend(masked(scores, NEG_INF), dim=-2)),
+        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g}", "no scaling",
                 lambda: attend(masked(raw, NEG_INF))),
-        Suspect(f"the scores are divided by d_k = {d_k} instead of √d_k (dividing by d_k)",
+        Suspect(f"the scores are divided by d_k = {d_k} instead of √d_k", "dividing by d_k",
                 lambda: attend(masked(raw / d_k, NEG_INF))),
     ]
     if part == 0:
         suspects += [
-            Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v "
-                    "(keys used as values)", lambda: ref.softmax(masked(scores, NEG_INF)) @ k),
-            Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v "
-                    "(queries used as values)", lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
+            Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v",
+                    "keys used as values", lambda: ref.softmax(masked(scores, NEG_INF)) @ k),
+            Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v",
+                    "queries used as values", lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
         ]
     if mask is not None:
         suspects += [
             Suspect("the mask is applied after the softmax: masked keys get 0 but the rows no longer sum to 1 — "
-                    "fill masked scores with -inf before the softmax (mask applied after the softmax)",
+                    "fill masked scores with -inf before the softmax", "mask applied after the softmax",
                     lambda: (ref.softmax(scores) * mask @ v, ref.softmax(scores) * mask)[part]),
             Suspect("masked scores are filled with 0, and exp(0) = 1 still gives those keys weight — fill them "
-                    "with -inf (mask filled with 0 instead of -inf)", lambda: attend(masked(scores, 0.0))),
+                    "with -inf", "mask filled with 0 instead of -inf", lambda: attend(masked(scores, 0.0))),
             Suspect("the mask is inverted: True means 'may attend' (as in F.scaled_dot_product_attention), so block "
-                    "where the mask is False (inverted mask)", lambda: attend(masked(scores, NEG_INF, keep=~mask))),
+                    "where the mask is False", "inverted mask", lambda: attend(masked(scores, NEG_INF, keep=~mask))),
             Suspect("the boolean mask was added to the scores (True counts as 1) instead of blocking keys — use "
-                    "`scores.masked_fill(~mask, float('-inf'))` (mask added as numbers)",
+                    "`scores.masked_fill(~mask, float('-inf'))`", "mask added as numbers",
                     lambda: attend(scores + mask)),
-            Suspect("the mask is ignored: masked keys still get weight (mask ignored)", lambda: attend(scores)),
+            Suspect("the mask is ignored: masked keys still get weight", "mask ignored", lambda: attend(scores)),
         ]
     return suspects
 
@@ -253,7 +254,7 @@ def _judge_sdpa_result(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tenso
     got_out, got_weights = result
     if (isinstance(got_out, Tensor) and isinstance(got_weights, Tensor) and got_out.shape == weights.shape
             and got_weights.shape == out.shape and out.shape != weights.shape):
-        raise Mistake(f"{what} returned weights first — return out, then weights (out and weights swapped)")
+        raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
     judge_tensor(got_weights, weights, f"the weights of {what}", _sdpa_suspects(q, k, v, mask, 1))
     judge_tensor(got_out, out, f"the output of {what}", _sdpa_suspects(q, k, v, mask, 0))
 
@@ -284,7 +285,7 @@ def _judge_fully_masked(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tens
     if torch.isnan(rows).any() or torch.isnan(outs).any():
         raise Mistake(
             f"{what}: a query whose keys are all masked gets NaN, since the softmax of a row of -inf is 0/0 — "
-            f"such a row must give all-zero weights and an all-zero output (NaN on fully masked rows)")
+            f"such a row must give all-zero weights and an all-zero output", "NaN on fully masked rows")
     expected = ref.scaled_dot_product_attention(q, k, v, mask)[1]
     if weights.shape != expected.shape or not torch.allclose(
             weights[~dead].double(), expected[~dead].double(), atol=1e-5, rtol=1e-4):
@@ -292,8 +293,8 @@ def _judge_fully_masked(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tens
     if torch.allclose(rows, torch.full_like(rows, 1.0 / k.shape[-2]), atol=1e-4):
         raise Mistake(
             f"{what}: a query whose keys are all masked gets equal weights 1/T_k — that is what filling with a "
-            f"large negative number such as -1e9 does; fill with -inf and make such rows all zeros "
-            f"(large negative number instead of -inf)")
+            f"large negative number such as -1e9 does; fill with -inf and make such rows all zeros",
+            "large negative number instead of -inf")
     if not (torch.equal(rows, torch.zeros_like(rows)) and torch.allclose(outs, torch.zeros_like(outs))):
         raise Mistake(f"{what}: a query whose keys are all masked must get all-zero weights and output")
 
@@ -315,7 +316,7 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
             raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
         shapes = tuple(tuple(t.shape) if isinstance(t, Tensor) else None for t in result)
         if shapes == (tuple(weights.shape), tuple(out.shape)) and out.shape != weights.shape:
-            raise Mistake(f"{what} returned weights first — return out, then weights (out and weights swapped)")
+            raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
         for got, want, name in ((result[0], out, "out"), (result[1], weights, "weights")):
             if not isinstance(got, Tensor) or got.shape != want.shape:
                 shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
@@ -355,17 +356,18 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
     attend = ref.scaled_dot_product_attention
     mistakes = [
-        ("the values are the input x itself — project them with w_v (values not projected)",
-         lambda: attend(q, k, x, mask)),
-        ("the keys are computed with w_q — keys come from w_k (keys computed with w_q)", lambda: attend(q, q, v, mask)),
-        ("the mask is not passed on to the attention — forward(x, mask) must use it (mask ignored)",
-         lambda: attend(q, k, v)),
-        ("the scores are scaled by √d_model instead of √d_k, the width of q and k "
-         "(scaled by √d_model instead of √d_k)", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
+        Suspect("the values are the input x itself — project them with w_v", "values not projected",
+                lambda: attend(q, k, x, mask)),
+        Suspect("the keys are computed with w_q — keys come from w_k",
+                "keys computed with w_q", lambda: attend(q, q, v, mask)),
+        Suspect("the mask is not passed on to the attention — forward(x, mask) must use it", "mask ignored",
+                lambda: attend(q, k, v)),
+        Suspect("the scores are scaled by √d_model instead of √d_k, the width of q and k",
+                "scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
     ]
     out, weights = attend(q, k, v, mask)
     for part, name, want in ((1, "weights", weights), (0, "output", out)):
-        suspects = [Suspect(message, lambda make=make, part=part: make()[part]) for message, make in mistakes]
+        suspects = [mistake.part(part) for mistake in mistakes]
         judge_tensor(result[part], want, f"the {name} of {what}", suspects)
 
 
@@ -380,9 +382,9 @@ def _judge_module_gradients(obs: Observations) -> None:
     for name in ("w_q", "w_k", "w_v"):
         if obs[name] is None:
             if used[name] is True:  # the output depends on it, yet no gradient reached it: the graph was cut
-                raise Mistake(named(f"SelfAttention.{name} received no gradient, though the output depends on it "
-                                    f"— something on the way detaches it: `torch.no_grad()`, `.detach()`, `.data`",
-                                    GRAPH_CUT))
+                raise Mistake(f"SelfAttention.{name} received no gradient, though the output depends on it "
+                              f"— something on the way detaches it: `torch.no_grad()`, `.detach()`, `.data`",
+                              GRAPH_CUT)
             raise Mistake(f"SelfAttention.{name} received no gradient — is it used in forward, and is nothing "
                           f"detached on the way?")
         judge_tensor(obs[name], getattr(module, name).weight.grad, f"the gradient of SelfAttention.{name}.weight")
@@ -395,22 +397,25 @@ register("SelfAttention_gradients", _judge_module_gradients)
 
 # ================================================================ concept checks
 
-def _score_position_suspects(query: int, key: int) -> dict[str, Any]:
-    return {
-        "row i of Q Kᵀ holds query i's dot products, so the row is the query's and the column the key's; K Qᵀ is "
-        "the transpose, not the same matrix (K·Qᵀ for Q·Kᵀ)": (key, query),
-        "positions count from 0, as Python's indices do (positions counted from 1)": (query + 1, key + 1),
-    }
+def _score_position_suspects(query: int, key: int) -> list[Suspect]:
+    return [
+        Suspect("row i of Q Kᵀ holds query i's dot products, so the row is the query's and the column the key's; K Qᵀ "
+                "is the transpose, not the same matrix",
+                "K·Qᵀ for Q·Kᵀ", lambda: (key, query)),
+        Suspect("positions count from 0, as Python's indices do",
+                "positions counted from 1", lambda: (query + 1, key + 1)),
+    ]
 
 
-def _score_count_suspects(n: int) -> dict[str, Any]:
-    return {
-        "every query is compared with every key, so doubling the length quadruples the work and the memory: a "
-        "context is not free, let alone infinite (cost taken as linear in the length)": n,
-        "without a mask every query meets every key; the causal mask of Chapter 2 blocks the upper half, but even "
-        "then all n × n scores are computed (only the causal half counted)": n * (n + 1) // 2,
-        "a token's query meets its own key too (own score left out)": n * (n - 1),
-    }
+def _score_count_suspects(n: int) -> list[Suspect]:
+    return [
+        Suspect("every query is compared with every key, so doubling the length quadruples the work and the memory: a "
+                "context is not free, let alone infinite", "cost taken as linear in the length", lambda: n),
+        Suspect("without a mask every query meets every key; the causal mask of Chapter 2 blocks the upper half, but "
+                "even then all n × n scores are computed",
+                "only the causal half counted", lambda: n * (n + 1) // 2),
+        Suspect("a token's query meets its own key too", "own score left out", lambda: n * (n - 1)),
+    ]
 
 
 register("score_position_answer", lambda obs: judge_answers(

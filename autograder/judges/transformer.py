@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.testing import DTYPE_CHANGED, mistake_name, named
+from attention_course.testing import DTYPE_CHANGED, mistake_name
 from autograder.checks.core import Mistake, Observations, Raised, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
@@ -93,20 +93,20 @@ def _judge_ff_layers(obs: Observations) -> None:
         if isinstance(got, Raised):
             raise Mistake(f"{call} {got.describe()}")
         if not got["is_module"]:
-            raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() "
-                                f"first", NOT_A_MODULE))
+            raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() "
+                          f"first", NOT_A_MODULE)
         shapes = [linear["weight"] for linear in got["linears"]]
         if len(shapes) != 2:
-            raise Mistake(named(f"{call} holds {len(shapes)} nn.Linear layers, expected two: d_model -> d_ff and "
-                                f"d_ff -> d_model", "a single Linear" if len(shapes) == 1 else None))
+            raise Mistake(f"{call} holds {len(shapes)} nn.Linear layers, expected two: d_model -> d_ff and "
+                          f"d_ff -> d_model", "a single Linear" if len(shapes) == 1 else None)
         if sorted(shapes) != sorted([(20, 12), (12, 20)]):
             found = ", ".join(f"{w[1]} -> {w[0]}" for w in shapes)
             ignored = all(20 not in w for w in shapes)  # no layer is d_ff = 20 wide
-            raise Mistake(named(f"{call} maps {found}; expected 12 -> 20 and 20 -> 12: widen to d_ff, then back to "
-                                f"d_model", "d_ff ignored" if ignored else None))
+            raise Mistake(f"{call} maps {found}; expected 12 -> 20 and 20 -> 12: widen to d_ff, then back to "
+                          f"d_model", "d_ff ignored" if ignored else None)
         if not all(linear["bias"] for linear in got["linears"]):
-            raise Mistake(f"{call}'s Linear layers should have biases, as in the paper's max(0, xW1 + b1)W2 + b2 "
-                          f"(no bias)")
+            raise Mistake(f"{call}'s Linear layers should have biases, as in the paper's max(0, xW1 + b1)W2 + b2",
+                          "no bias")
 
 
 def _ff_parts(d: int, d_ff: int, seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
@@ -118,17 +118,17 @@ def _ff_suspects(d: int, d_ff: int, x: Tensor, seed: int) -> list[Suspect]:
     lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
     return [
         Suspect("no ReLU between the two Linear layers: without a nonlinearity the two layers collapse into one "
-                "linear map (ReLU missing)", lambda: lin2(lin1(x))),
+                "linear map", "ReLU missing", lambda: lin2(lin1(x))),
         Suspect("the ReLU comes after the second Linear, so every output is >= 0; it belongs between the two "
-                "layers, on the d_ff hidden units (ReLU after the second Linear)", lambda: torch.relu(lin2(lin1(x)))),
-        Suspect("a ReLU after the second Linear as well: the output must be able to go negative "
-                "(ReLU after the second Linear)", lambda: torch.relu(lin2(torch.relu(lin1(x))))),
-        Suspect("it uses GELU; the original transformer's FFN, like nn.TransformerEncoderLayer's default, uses ReLU "
-                "(GELU instead of ReLU)", lambda: lin2(F.gelu(lin1(x)))),
+                "layers, on the d_ff hidden units", "ReLU after the second Linear", lambda: torch.relu(lin2(lin1(x)))),
+        Suspect("a ReLU after the second Linear as well: the output must be able to go negative",
+                "ReLU after the second Linear", lambda: torch.relu(lin2(torch.relu(lin1(x))))),
+        Suspect("it uses GELU; the original transformer's FFN, like nn.TransformerEncoderLayer's default, uses ReLU",
+                "GELU instead of ReLU", lambda: lin2(F.gelu(lin1(x)))),
         Suspect("the input is added to the output: the residual connection belongs to the layers around "
-                "FeedForward, not inside it (residual added inside FeedForward)",
+                "FeedForward, not inside it", "residual added inside FeedForward",
                 lambda: x + lin2(torch.relu(lin1(x)))),
-        Suspect("the ReLU is applied to the input, before the first Linear (ReLU on the input)",
+        Suspect("the ReLU is applied to the input, before the first Linear", "ReLU on the input",
                 lambda: lin2(lin1(torch.relu(x)))),
     ]
 
@@ -139,7 +139,7 @@ def _judge_ff_forward(obs: Observations) -> None:
         lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
         got = _tensor_result(out, what, tuple(x.shape))
         if x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(named(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED))
+            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED)
         judge_tensor(got, lin2(torch.relu(lin1(x))), what, _ff_suspects(d, d_ff, x, seed),
                      hint="Linear(d_model -> d_ff), ReLU, Dropout, Linear(d_ff -> d_model), applied to the last axis")
 
@@ -165,17 +165,17 @@ def _judge_ff_dropout(obs: Observations) -> None:
     what = f"FeedForward({d}, {d_ff}, dropout=1.0) in training mode"
     judge_tensor(_tensor_result(obs["all_dropped"], what, tuple(x.shape)), w["b2"].expand(2, 5, d), what, [
         Suspect("the output is all zeros: the dropout acts after the second Linear; it belongs on the hidden units, "
-                "between the ReLU and the second Linear, so with p=1 only the second bias is left "
-                "(dropout after the second Linear)", lambda: torch.zeros(2, 5, d)),
+                "between the ReLU and the second Linear, so with p=1 only the second bias is left",
+                "dropout after the second Linear", lambda: torch.zeros(2, 5, d)),
         Suspect("the dropout acts on the input, before the first Linear; it belongs on the hidden units, between "
-                "the ReLU and the second Linear (dropout on the input)",
+                "the ReLU and the second Linear", "dropout on the input",
                 lambda: lin2(torch.relu(lin1(torch.zeros_like(x))))),
-        Suspect("nothing was dropped: pass `dropout` on to an nn.Dropout between the ReLU and the second Linear "
-                "(dropout missing)", lambda: lin2(torch.relu(lin1(x)))),
+        Suspect("nothing was dropped: pass `dropout` on to an nn.Dropout between the ReLU and the second Linear",
+                "dropout missing", lambda: lin2(torch.relu(lin1(x)))),
         Suspect("the input is added to the output: the residual connection belongs to the layers around "
-                "FeedForward, not inside it (residual added inside FeedForward)", lambda: x + w["b2"]),
+                "FeedForward, not inside it", "residual added inside FeedForward", lambda: x + w["b2"]),
         Suspect("the output went through a ReLU: it belongs between the two Linear layers, so the output can be "
-                "negative (ReLU after the second Linear)", lambda: torch.relu(w["b2"]).expand(2, 5, d)),
+                "negative", "ReLU after the second Linear", lambda: torch.relu(w["b2"]).expand(2, 5, d)),
     ], hint="with p=1 every hidden unit is dropped, so only the second Linear's bias is left")
     first, second = obs["eval"]
     what = f"FeedForward({d}, {d_ff}, dropout=0.5) in eval mode"
@@ -184,11 +184,11 @@ def _judge_ff_dropout(obs: Observations) -> None:
     if not torch.allclose(a, b) or not torch.allclose(a, plain_out, atol=1e-6):
         raise Mistake(f"{what} is random, or differs from the output without dropout: dropout must do nothing in "
                       f"eval mode — use nn.Dropout (it follows .train() / .eval()), or pass "
-                      f"training=self.training to F.dropout (dropout applied in eval mode)")
+                      f"training=self.training to F.dropout", "dropout applied in eval mode")
     train = _tensor_result(obs["train"], f"FeedForward({d}, {d_ff}, dropout=0.5) in training mode", tuple(x.shape))
     if torch.allclose(train, a):
         raise Mistake(f"FeedForward({d}, {d_ff}, dropout=0.5) in training mode gives the eval-mode output: nothing "
-                      f"was dropped (dropout missing)")
+                      f"was dropped", "dropout missing")
 
 
 register("FeedForward_layers", _judge_ff_layers)
@@ -232,31 +232,32 @@ def _blocks(x: Tensor, blocks: list[Callable[[Tensor], Tensor]], norms: list[Cal
     return x
 
 
-def _placement_message(norm_first: bool) -> str:
+def _placement_message(norm_first: bool) -> tuple[str, str]:
+    """(message, name) of the mistake of placing the LayerNorms the other way round."""
     if norm_first:
         return ("it normalises after adding the residual, LN(x + f(x)): that is post-norm, but norm_first=True asks "
-                "for pre-norm, x + f(LN(x)) (post-norm when norm_first=True)")
+                "for pre-norm, x + f(LN(x))", "post-norm when norm_first=True")
     return ("it normalises each sublayer's input, x + f(LN(x)): that is pre-norm, but norm_first=False asks for "
-            "the paper's post-norm, LN(x + f(x)) (pre-norm when norm_first=False)")
+            "the paper's post-norm, LN(x + f(x))", "pre-norm when norm_first=False")
 
 
 def _residual_suspects(blocks: list[Callable], norms: list[Callable], x: Tensor, norm_first: bool,
                        names: list[str]) -> list[Suspect]:
     run = lambda **kw: lambda: _blocks(x, blocks, norms, norm_first, **kw)  # noqa: E731
-    suspects = [Suspect(_placement_message(norm_first), lambda: _blocks(x, blocks, norms, not norm_first))]
+    suspects = [Suspect(*_placement_message(norm_first), lambda: _blocks(x, blocks, norms, not norm_first))]
     for i, name in enumerate(names):
         keep = tuple(j != i for j in range(len(blocks)))
         suspects.append(Suspect(f"the {name} output is not added back to its input: each block is "
-                                f"{'x + f(LN(x))' if norm_first else 'LN(x + f(x))'} (residual missing around the "
-                                f"{name})", run(residual=keep)))
-    suspects.append(Suspect("no block adds its input back: every sublayer needs a residual connection "
-                            "(no residual connections)", run(residual=(False,) * len(blocks))))
+                                f"{'x + f(LN(x))' if norm_first else 'LN(x + f(x))'}",
+                                f"residual missing around the {name}", run(residual=keep)))
+    suspects.append(Suspect("no block adds its input back: every sublayer needs a residual connection",
+                            "no residual connections", run(residual=(False,) * len(blocks))))
     if norm_first:
         suspects.append(Suspect("the residual adds the normalised input, LN(x) + f(LN(x)); pre-norm adds the raw "
-                                "input, x + f(LN(x)) (residual taken from the normalised x)", run(from_normed=True)))
+                                "input, x + f(LN(x))", "residual taken from the normalised x", run(from_normed=True)))
     else:
         suspects.append(Suspect("it normalises the sublayer's output and then adds the input, x + LN(f(x)); "
-                                "post-norm normalises the sum, LN(x + f(x)) (residual added after the LayerNorm)",
+                                "post-norm normalises the sum, LN(x + f(x))", "residual added after the LayerNorm",
                                 run(after_norm=True)))
     return suspects
 
@@ -266,18 +267,18 @@ def _norm_suspects(blocks: list[Callable], norms: list[Callable], x: Tensor, nor
     swapped = [norms[1], norms[0], *norms[2:]]
     suspects = [
         Suspect("the first block uses norm2 and the second norm1: each block has its own LayerNorm, norm1 for the "
-                "first (norm1 and norm2 swapped)", lambda: _blocks(x, blocks, swapped, norm_first)),
+                "first", "norm1 and norm2 swapped", lambda: _blocks(x, blocks, swapped, norm_first)),
         Suspect("norm1 serves every block: each block has its own LayerNorm, norm1, norm2" + (", norm3" if n == 3
-                else "") + " (norm1 used for every block)",
-                lambda: _blocks(x, blocks, [norms[0]] * n, norm_first)),
+                else ""), "norm1 used for every block", lambda: _blocks(x, blocks, [norms[0]] * n, norm_first)),
     ]
     suspects.append(Suspect("one LayerNorm object serves every block (the weights copied into it last are used "
-                            "everywhere): each block needs its own nn.LayerNorm(d_model) "
-                            "(one LayerNorm for every block)", lambda: _blocks(x, blocks, [norms[-1]] * n, norm_first)))
+                            "everywhere): each block needs its own nn.LayerNorm(d_model)",
+                            "one LayerNorm for every block", lambda: _blocks(x, blocks, [norms[-1]] * n, norm_first)))
     if n == 3:
         suspects.append(Suspect("the LayerNorms are used in the wrong order: norm1 after self-attention, norm2 after "
-                                "cross-attention, norm3 after the feed-forward network (LayerNorms in the wrong "
-                                "order)", lambda: _blocks(x, blocks, [norms[0], norms[2], norms[1]], norm_first)))
+                                "cross-attention, norm3 after the feed-forward network",
+                                "LayerNorms in the wrong order",
+                                lambda: _blocks(x, blocks, [norms[0], norms[2], norms[1]], norm_first)))
     return suspects
 
 
@@ -287,7 +288,7 @@ def _judge_layer(cases: list[tuple[LayerCase, bool]], suspects: Callable[[LayerC
         what = case.what(norm_first)
         got = _tensor_result(out, what, tuple(case.x.shape))
         if case.x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(named(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED))
+            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED)
         layer = _Pieces(case).layer
         layer.norm_first = norm_first
         judge_tensor(got, _call_layer(layer, case).detach(), what, suspects(case, norm_first),
@@ -310,19 +311,19 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
             if isinstance(got, Raised):
                 raise Mistake(f"{call} {got.describe()}")
             if not got["is_module"]:
-                raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call "
-                                    f"super().__init__() first", NOT_A_MODULE))
+                raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call "
+                              f"super().__init__() first", NOT_A_MODULE)
             missing = [part for part, kind_name in got["parts"].items() if kind_name is None]
             if missing:
-                raise Mistake(named(f"{call} has no attribute {', '.join(f'`{m}`' for m in missing)} — store the "
-                                    f"parts as {', '.join(LAYER_PARTS[kind])}: the tests copy weights into them by "
-                                    f"these names", "parts not named as asked"))
+                raise Mistake(f"{call} has no attribute {', '.join(f'`{m}`' for m in missing)} — store the "
+                              f"parts as {', '.join(LAYER_PARTS[kind])}: the tests copy weights into them by "
+                              f"these names", "parts not named as asked")
             if got["shared_attn"]:
                 raise Mistake(f"{call}.self_attn and .cross_attn are the same module: self-attention and "
-                              f"cross-attention each need their own weights (one attention module for both)")
+                              f"cross-attention each need their own weights", "one attention module for both")
             if got["shared_norm"]:
                 raise Mistake(f"{call} uses one LayerNorm object for several blocks: each block has its own "
-                              f"nn.LayerNorm(d_model), with its own weights (one LayerNorm for every block)")
+                              f"nn.LayerNorm(d_model), with its own weights", "one LayerNorm for every block")
             bad = [i + 1 for i, shape in enumerate(got["norm_shapes"]) if shape != (16,)]
             if bad:
                 raise Mistake(_unnamed(f"{call}.norm{bad[0]} should be nn.LayerNorm(d_model) = nn.LayerNorm(16), "
@@ -347,12 +348,12 @@ def _judge_dropout(name: str, case: LayerCase) -> Callable[[Observations], None]
         if not torch.allclose(first, second) or not torch.allclose(first, plain_out, atol=1e-6):
             raise Mistake(f"{call} in eval mode is random, or differs from the same layer with dropout=0.0: dropout "
                           f"must do nothing in eval mode — use nn.Dropout modules (they follow .train() / .eval()), "
-                          f"not F.dropout without training=self.training (dropout applied in eval mode)")
+                          f"not F.dropout without training=self.training", "dropout applied in eval mode")
         a, b = (_tensor_result(o, f"{call} in training mode", shape) for o in obs["train"])
         if torch.allclose(a, b):
             raise Mistake(f"{call} gives the same output twice in training mode: nothing is dropped — pass dropout "
                           f"on to the attention and the feed-forward network, and apply nn.Dropout to each "
-                          f"sublayer's output before the residual addition (dropout ignored)")
+                          f"sublayer's output before the residual addition", "dropout ignored")
 
     return judge
 
@@ -368,9 +369,9 @@ def _encoder_suspects(case: LayerCase, norm_first: bool) -> list[Suspect]:
     suspects += _norm_suspects(blocks, norms, x, norm_first)
     if mask is not None:
         suspects += [
-            Suspect("src_mask is not passed to the self-attention: real tokens still attend the padding "
-                    "(src_mask ignored)", lambda: _blocks(x, [sa(None), p.ff], norms, norm_first)),
-            Suspect("src_mask is inverted: True means 'may attend', so pass it as it is (src_mask inverted)",
+            Suspect("src_mask is not passed to the self-attention: real tokens still attend the padding",
+                    "src_mask ignored", lambda: _blocks(x, [sa(None), p.ff], norms, norm_first)),
+            Suspect("src_mask is inverted: True means 'may attend', so pass it as it is", "src_mask inverted",
                     lambda: _blocks(x, [sa(~mask), p.ff], norms, norm_first)),
         ]
     return suspects
@@ -402,44 +403,43 @@ def _decoder_suspects(case: LayerCase, norm_first: bool) -> list[Suspect]:
     blocks = [sa(tgt_mask), ca(memory_mask), p.ff]
     suspects = _residual_suspects(blocks, norms, x, norm_first, ["self-attention", "cross-attention", "feed-forward"])
     from_decoder = ("the cross-attention takes its keys and values from the decoder states x, so memory is never "
-                    "read; they come from `memory`, the encoder output: cross_attn(x, memory, memory, memory_mask) "
-                    "(cross-attention ignores memory)")
+                    "read; they come from `memory`, the encoder output: cross_attn(x, memory, memory, memory_mask)")
     for mask in (memory_mask, tgt_mask, None):  # keys and values from x, with whichever mask fits
-        suspects.append(Suspect(from_decoder, run([sa(tgt_mask), lambda h, m=mask: p.attn("cross_attn", h, h, m),
-                                                   p.ff])))
+        suspects.append(Suspect(from_decoder, "cross-attention ignores memory",
+                                run([sa(tgt_mask), lambda h, m=mask: p.attn("cross_attn", h, h, m), p.ff])))
     keys_from_x = lambda h: p.layer.cross_attn(h, h, memory, memory_mask)[0]  # noqa: E731  (values from memory)
     suspects.append(Suspect("the cross-attention takes its keys from the decoder states x and its values from "
                             "memory; keys and values both come from `memory`: cross_attn(x, memory, memory, "
-                            "memory_mask) (cross-attention keys from the decoder)",
+                            "memory_mask)", "cross-attention keys from the decoder",
                             run([sa(tgt_mask), keys_from_x, p.ff])))
     suspects += _norm_suspects(blocks, norms, x, norm_first)
     suspects += [
         Suspect("the self-attention and the cross-attention are one module, with one set of weights: each needs its "
-                "own Attention (one attention module for both)",
+                "own Attention", "one attention module for both",
                 run([sa(tgt_mask, "cross_attn"), ca(memory_mask), p.ff])),
-        Suspect("the self-attention uses cross_attn's weights and the cross-attention self_attn's "
-                "(self_attn and cross_attn swapped)",
+        Suspect("the self-attention uses cross_attn's weights and the cross-attention self_attn's",
+                "self_attn and cross_attn swapped",
                 run([sa(tgt_mask, "cross_attn"), ca(memory_mask, "self_attn"), p.ff])),
         Suspect("the cross-attention comes before the self-attention: the decoder first attends its own tokens "
-                "(masked), then the encoder output (cross-attention before self-attention)",
+                "(masked), then the encoder output", "cross-attention before self-attention",
                 run([ca(memory_mask), sa(tgt_mask), p.ff], [norms[1], norms[0], norms[2]])),
         Suspect("the cross-attention comes before the self-attention: the decoder first attends its own tokens "
-                "(masked), then the encoder output (cross-attention before self-attention)",
+                "(masked), then the encoder output", "cross-attention before self-attention",
                 run([ca(memory_mask), sa(tgt_mask), p.ff])),
     ]
     if tgt_mask is not None:
         suspects.append(Suspect("tgt_mask is not passed to the self-attention: each position also attends the "
-                                "positions after it (tgt_mask ignored)", run([sa(None), ca(memory_mask), p.ff])))
-        suspects.append(Suspect("tgt_mask is inverted: True means 'may attend', so pass it as it is "
-                                "(tgt_mask inverted)", run([sa(~tgt_mask), ca(memory_mask), p.ff])))
+                                "positions after it", "tgt_mask ignored", run([sa(None), ca(memory_mask), p.ff])))
+        suspects.append(Suspect("tgt_mask is inverted: True means 'may attend', so pass it as it is",
+                                "tgt_mask inverted", run([sa(~tgt_mask), ca(memory_mask), p.ff])))
     if memory_mask is not None:
         suspects.append(Suspect("memory_mask is not passed to the cross-attention: the decoder attends the "
-                                "source's padding (memory mask ignored)", run([sa(tgt_mask), ca(None), p.ff])))
-        suspects.append(Suspect("memory_mask is inverted: True means 'may attend' (memory mask inverted)",
+                                "source's padding", "memory mask ignored", run([sa(tgt_mask), ca(None), p.ff])))
+        suspects.append(Suspect("memory_mask is inverted: True means 'may attend'", "memory mask inverted",
                                 run([sa(tgt_mask), ca(~memory_mask), p.ff])))
     if tgt_mask is not None and memory_mask is not None:
         suspects.append(Suspect("the masks are swapped: tgt_mask belongs to the self-attention, memory_mask to the "
-                                "cross-attention (tgt_mask and memory_mask swapped)",
+                                "cross-attention", "tgt_mask and memory_mask swapped",
                                 run([sa(memory_mask), ca(tgt_mask), p.ff])))
     return suspects
 
@@ -463,11 +463,11 @@ register("DecoderLayer_dropout", _judge_dropout("DecoderLayer", _DEC_DROP))
 
 def _judge_config_fields(obs: Observations) -> None:
     if not obs["is_dataclass"]:
-        raise Mistake("TransformerConfig should be a class decorated with @dataclass, with one typed field per size "
-                      "(not a dataclass)")
+        raise Mistake("TransformerConfig should be a class decorated with @dataclass, with one typed field per size",
+                      "not a dataclass")
     missing = [name for name in CONFIG_FIELDS if name not in obs["fields"]]
     if missing:
-        raise Mistake(f"TransformerConfig has no field {', '.join(missing)} (fields missing)")
+        raise Mistake(f"TransformerConfig has no field {', '.join(missing)}", "fields missing")
     got = obs["keywords"]
     if isinstance(got, Raised):
         raise Mistake(f"TransformerConfig(src_vocab=11, tgt_vocab=13) {got.describe()}")
@@ -477,15 +477,15 @@ def _judge_config_fields(obs: Observations) -> None:
             message = f"TransformerConfig(src_vocab=11, tgt_vocab=13).{name} is {got[name]!r}, expected {want[name]!r}"
             if name in ("src_vocab", "tgt_vocab"):  # given by the caller, not a default
                 raise Mistake(message)
-            raise Mistake(named(f"{message}: the defaults are the base model of the paper, as the exercise lists them",
-                                f"{name} default"))
+            raise Mistake(f"{message}: the defaults are the base model of the paper, as the exercise lists them",
+                          f"{name} default")
     positional = obs["positional"]
     if isinstance(positional, Raised) or (positional["src_vocab"], positional["tgt_vocab"]) != (11, 13):
         raise Mistake("TransformerConfig(11, 13) should set src_vocab=11 and tgt_vocab=13: they are the first two "
-                      "fields (field order)")
+                      "fields", "field order")
     if not isinstance(obs["no_vocab"], Raised) or obs["no_vocab"].type != "TypeError":
         raise Mistake("TransformerConfig() without vocabularies should fail with a TypeError: src_vocab and "
-                      "tgt_vocab are required fields, without defaults (vocabularies given defaults)")
+                      "tgt_vocab are required fields, without defaults", "vocabularies given defaults")
 
 
 def _judge_config_errors(obs: Observations) -> None:
@@ -557,25 +557,25 @@ def _decode_variant(m: ref.Transformer, tgt_in: Tensor, memory: Tensor, src: Ten
 
 def _shared_suspects(m: ref.Transformer, run: Callable[..., Tensor], stack: str) -> list[Suspect]:
     suspects = [
-        Suspect("the token embeddings are not multiplied by √d_model before the positions are added "
-                "(embeddings not scaled by √d_model)", lambda: run(scale="none")),
-        Suspect("the token embeddings are divided by √d_model; the paper multiplies them by √d_model "
-                "(embeddings divided by √d_model)", lambda: run(scale="divide")),
+        Suspect("the token embeddings are not multiplied by √d_model before the positions are added",
+                "embeddings not scaled by √d_model", lambda: run(scale="none")),
+        Suspect("the token embeddings are divided by √d_model; the paper multiplies them by √d_model",
+                "embeddings divided by √d_model", lambda: run(scale="divide")),
         Suspect("the positions are scaled by √d_model too: scale the embeddings first, then add the positional "
-                "table (positions scaled by √d_model too)", lambda: run(scale="after")),
-        Suspect("no positional encoding is added: without it attention cannot tell word order "
-                "(positional encoding missing)", lambda: run(positions=False)),
+                "table", "positions scaled by √d_model too", lambda: run(scale="after")),
+        Suspect("no positional encoding is added: without it attention cannot tell word order",
+                "positional encoding missing", lambda: run(positions=False)),
         Suspect(f"every layer of {stack} reads the embeddings, so only the last one counts: feed each layer's "
-                f"output to the next (layers not chained)", lambda: run(chained=False)),
+                f"output to the next", "layers not chained", lambda: run(chained=False)),
     ]
     if m.config.norm_first:
         suspects.append(Suspect(f"with norm_first=True the pre-norm layers leave their output unnormalised: end "
-                                f"{stack} with a final LayerNorm (final LayerNorm missing)",
+                                f"{stack} with a final LayerNorm", "final LayerNorm missing",
                                 lambda: run(final="missing")))
     else:
         suspects.append(Suspect(f"{stack} ends in a LayerNorm although norm_first=False: post-norm layers already "
-                                f"end in one; the final LayerNorm belongs to pre-norm models only "
-                                f"(final LayerNorm in a post-norm model)", lambda: run(final="plain")))
+                                f"end in one; the final LayerNorm belongs to pre-norm models only",
+                                "final LayerNorm in a post-norm model", lambda: run(final="plain")))
     return suspects
 
 
@@ -588,10 +588,10 @@ def _judge_encode(obs: Observations) -> None:
         run = lambda **kw: _encode_variant(m, case.src, **kw)  # noqa: E731
         suspects = _shared_suspects(m, run, "the encoder stack") + [
             Suspect("the source padding mask is not used: real source tokens attend the padding — pass "
-                    "padding_mask(src, pad_id) to every encoder layer (source padding mask ignored in the encoder)",
+                    "padding_mask(src, pad_id) to every encoder layer", "source padding mask ignored in the encoder",
                     lambda: run(mask=False)),
-            Suspect("the source is embedded with tgt_embed; the source has its own table, src_embed "
-                    "(target embeddings used for the source)", lambda: run(table="tgt_embed")),
+            Suspect("the source is embedded with tgt_embed; the source has its own table, src_embed",
+                    "target embeddings used for the source", lambda: run(table="tgt_embed")),
         ]
         with torch.no_grad():
             judge_tensor(got, m.encode(case.src), what, suspects,
@@ -611,17 +611,17 @@ def _judge_decode(obs: Observations) -> None:
         run = lambda **kw: _decode_variant(m, case.tgt_in, memory, case.src, **kw)  # noqa: E731
         suspects = _shared_suspects(m, run, "the decoder stack") + [
             Suspect("the decoder's self-attention has no causal mask: each position sees the tokens after it, "
-                    "which teacher forcing puts right there — combine causal_mask(T) with the target padding mask "
-                    "(no causal mask in the decoder)", lambda: run(causal="none")),
-            Suspect("the causal mask is the upper triangle: each position attends the positions after it "
-                    "(upper instead of lower triangle)", lambda: run(causal="upper")),
+                    "which teacher forcing puts right there — combine causal_mask(T) with the target padding mask",
+                    "no causal mask in the decoder", lambda: run(causal="none")),
+            Suspect("the causal mask is the upper triangle: each position attends the positions after it",
+                    "upper instead of lower triangle", lambda: run(causal="upper")),
             Suspect("the cross-attention attends the source's padding: build memory_mask = padding_mask(src, "
-                    "pad_id) and pass it to every decoder layer (memory mask ignored)",
+                    "pad_id) and pass it to every decoder layer", "memory mask ignored",
                     lambda: run(memory_mask=False)),
             Suspect("the target padding mask is not combined with the causal mask: padded target positions are "
-                    "attended (target padding mask ignored)", lambda: run(tgt_pad=False)),
-            Suspect("the target is embedded with src_embed; the target has its own table, tgt_embed "
-                    "(source embeddings used for the target)", lambda: run(table="src_embed")),
+                    "attended", "target padding mask ignored", lambda: run(tgt_pad=False)),
+            Suspect("the target is embedded with src_embed; the target has its own table, tgt_embed",
+                    "source embeddings used for the target", lambda: run(table="src_embed")),
         ]
         with torch.no_grad():
             judge_tensor(got, m.decode(case.tgt_in, memory, case.src), what, suspects,
@@ -640,8 +640,8 @@ def _judge_model_parts(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(f"{call} {got.describe()}")
     if not got["is_module"]:
-        raise Mistake(named(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() first",
-                            NOT_A_MODULE))
+        raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() first",
+                      NOT_A_MODULE)
     for name, vocab in (("src_embed", c.src_vocab), ("tgt_embed", c.tgt_vocab)):
         table = got[name]
         if not isinstance(table, dict) or table["shape"] != (vocab, c.d_model):
@@ -651,7 +651,7 @@ def _judge_model_parts(obs: Observations) -> None:
             mistake = "embeddings initialised with std 1" if std > 0.5 else "embeddings initialised with the wrong std"
             raise Mistake(f"{call}.{name}'s weights have standard deviation {std:.3g}; initialise them with "
                           f"nn.init.normal_(weight, std=d_model ** -0.5) = {want:.3g}, so that after the × √d_model "
-                          f"scaling the token vectors have entries of size ~1, like the positional codes ({mistake})")
+                          f"scaling the token vectors have entries of size ~1, like the positional codes", mistake)
     if got["out"] != {"type": "Linear", "weight": (c.tgt_vocab, c.d_model), "bias": True}:
         raise Mistake(_unnamed(f"{call}.out should be an nn.Linear({c.d_model}, {c.tgt_vocab}) with bias, giving "
                                f"one logit per target word; got {got['out']}"))
@@ -671,7 +671,7 @@ def _judge_shapes(obs: Observations) -> None:
         raise Mistake(f"{what}: encode, decode and forward {got.describe()}")
     if not got["config_kept"]:
         raise Mistake("Transformer(config).config should be the config it was given: store it as self.config "
-                      "(greedy decoding reads model.config.pad_id) (config not kept)")
+                      "(greedy decoding reads model.config.pad_id)", "config not kept")
     for key, call, shape in (("memory", "encode(src)", (3, 7, 16)), ("decoded", "decode(tgt_in, memory, src)",
                                                                      (3, 5, 13)), ("logits", "forward", (3, 5, 13))):
         t = got[key]
@@ -680,7 +680,7 @@ def _judge_shapes(obs: Observations) -> None:
             raise Mistake(f"{what}: {call} gave {found}, expected {shape}")
     if not torch.allclose(got["logits"], got["decoded"], atol=1e-5, rtol=1e-4):
         raise Mistake(f"{what}: forward(src, tgt_in) differs from decode(tgt_in, encode(src), src) — forward is "
-                      f"exactly that (forward not encode then decode)")
+                      f"exactly that", "forward not encode then decode")
 
 
 def _judge_causal(obs: Observations) -> None:
@@ -696,7 +696,7 @@ def _judge_causal(obs: Observations) -> None:
             raise Mistake(f"{what}: changing only the target tokens at positions {start}.. changed the logits at "
                           f"positions 0..{start - 1}, so the decoder sees the future — in training it would copy the "
                           f"next token instead of predicting it. Combine causal_mask(T) with the target padding mask "
-                          f"and pass it as tgt_mask to every decoder layer (no causal mask in the decoder)")
+                          f"and pass it as tgt_mask to every decoder layer", "no causal mask in the decoder")
         if torch.allclose(before[:, start:], after[:, start:]):
             raise Mistake(f"{what}: the logits at positions {start}.. do not change when the target tokens there "
                           f"change — does decode read tgt_in?")
@@ -707,7 +707,7 @@ def _judge_padding(obs: Observations) -> None:
         what = f"Transformer(pad_id={c.pad_id}) on src {src.tolist()}"
         if isinstance(got, Raised):
             raise Mistake(f"{what} {got.describe()}")
-        hard_coded = " — the padding is pad_id = model.config.pad_id, not 0 (pad_id hard-coded as 0)" if i else ""
+        hard_coded = " — the padding is pad_id = model.config.pad_id, not 0" if i else ""
         real = src != c.pad_id
         memory, longer = got["memory"], got["memory_longer"]
         if not isinstance(memory, Tensor) or tuple(memory.shape) != (*src.shape, c.d_model):
@@ -715,11 +715,13 @@ def _judge_padding(obs: Observations) -> None:
         if not torch.allclose(longer[:, : src.shape[1]][real], memory[real], atol=1e-5, rtol=1e-4):
             raise Mistake(f"{what}: appending {extra} more pad tokens changed the encoder output at the real tokens, "
                           f"so the encoder's self-attention attends the padding — pass padding_mask(src, pad_id) to "
-                          f"every encoder layer" + (hard_coded or " (source padding mask ignored in the encoder)"))
+                          f"every encoder layer{hard_coded}",
+                          "pad_id hard-coded as 0" if hard_coded else "source padding mask ignored in the encoder")
         if not torch.allclose(got["logits_longer"], got["logits"], atol=1e-5, rtol=1e-4):
             raise Mistake(f"{what}: appending {extra} more pad tokens to the source changed the logits, so the "
                           f"decoder's cross-attention attends the source's padding — pass padding_mask(src, pad_id) "
-                          f"as memory_mask to every decoder layer" + (hard_coded or " (memory mask ignored)"))
+                          f"as memory_mask to every decoder layer{hard_coded}",
+                          "pad_id hard-coded as 0" if hard_coded else "memory mask ignored")
 
 
 def _judge_dtype_device(obs: Observations) -> None:
@@ -727,19 +729,19 @@ def _judge_dtype_device(obs: Observations) -> None:
     what = "Transformer(...).double() on src (3, 7), tgt_in (3, 5)"
     if isinstance(got, Raised):  # named only when the error is about dtypes: then something stayed in float32
         about_dtype = any(word in got.message.lower() for word in ("dtype", "scalar type", "double", "float"))
-        raise Mistake(named(f"{what} {got.describe()} — keep the positional table in the model's dtype: register it "
-                            f"as a buffer: .double() and .to(device) move buffers too",
-                            DTYPE_CHANGED if about_dtype else None))
+        raise Mistake(f"{what} {got.describe()} — keep the positional table in the model's dtype: register it "
+                      f"as a buffer: .double() and .to(device) move buffers too",
+                      DTYPE_CHANGED if about_dtype else None)
     if got["dtype"] != "torch.float64":
-        raise Mistake(named(f"{what} returned {got['dtype']} logits — keep the model's dtype; a positional table "
-                            f"registered as a buffer follows .double()", DTYPE_CHANGED))
+        raise Mistake(f"{what} returned {got['dtype']} logits — keep the model's dtype; a positional table "
+                      f"registered as a buffer follows .double()", DTYPE_CHANGED)
     got = obs["meta"]
     what = "Transformer(...).to('meta') on src and tgt_in on the meta device"
     advice = "build every mask and table on the device of the tokens (device=src.device), or register the table as a " \
              "buffer, so that the model also runs on a GPU"
     if isinstance(got, Raised):  # named only when the error is about devices: then something stayed on the CPU
-        raise Mistake(named(f"{what} {got.describe()} — {advice}",
-                            "mask built on the CPU" if "device" in got.message.lower() else None))
+        raise Mistake(f"{what} {got.describe()} — {advice}",
+                      "mask built on the CPU" if "device" in got.message.lower() else None)
     if got["device"] != "meta" or got["shape"] != (3, 5, 13):
         raise Mistake(f"{what} gave {got}, expected meta logits of shape (3, 5, 13) — {advice}")
 
@@ -759,7 +761,7 @@ def _judge_gradients(obs: Observations) -> None:
         encoder = any(n.startswith(("src_embed", "encoder_layers")) for n in got["missing"])
         why = " — the decoder must read the encoder's output (memory) without detaching it" if encoder else \
             " — is every part used in forward, and nothing detached?"
-        raise Mistake(f"{what}: no gradient reaches {names}{why} (parameters without gradient)")
+        raise Mistake(f"{what}: no gradient reaches {names}{why}", "parameters without gradient")
 
 
 register("Transformer_parts", _judge_model_parts)
@@ -795,31 +797,32 @@ def _greedy_variant(model: Scripted, src: Tensor, start: int, end: int, max_len:
     return ys if keep_start else ys[:, 1:]
 
 
-def _greedy_suspects(case: DecodeCase) -> list[tuple[str, Callable[[], Tensor]]]:
+def _greedy_suspects(case: DecodeCase) -> list[Suspect]:
     src = torch.tensor(case.src, dtype=torch.long)
     run = lambda **kw: lambda: _greedy_variant(case.model(), src, case.start, case.end, case.max_len, **kw)  # noqa
-    never = ("it keeps generating after every row has produced end_id: stop as soon as every row is finished "
-             "(never stopping at <end>)")
+    never = "it keeps generating after every row has produced end_id: stop as soon as every row is finished"
     return [
-        ("each step takes the argmax of position 0, which predicts the first word again and again: the next token "
-         "is predicted by the *last* position, logits[:, -1] (greedy decoding from the first position)",
-         run(position=0)),
-        (never, run(stop="never")),
-        ("the tokens a row generates after its end_id are kept: a finished row gets model.config.pad_id from then on "
-         "(not padding after <end>)", run(pad="none")),
-        (never, run(stop="never", pad="none")),
-        (f"finished rows are padded with 0, but this model's pad_id is {case.pad}: read model.config.pad_id "
-         f"(pad_id hard-coded as 0)", run(pad="zero")),
-        ("it stops as soon as the first row produces end_id: stop when *every* row has finished "
-         "(stopped when the first row ended)", run(stop="any")),
-        (f"it returns up to max_len + 1 = {case.max_len + 1} columns: max_len counts the start token, so at most "
-         f"max_len - 1 tokens are generated (start token not counted in max_len)", run(limit=case.max_len + 1)),
-        (f"it returns at most max_len - 1 = {case.max_len - 1} columns: max_len counts the start token, so a row "
-         f"may hold max_len tokens in all (one token short of max_len)", run(limit=max(case.max_len - 1, 1))),
-        ("the first column is not start_id: every row starts with start_id, and max_len counts it "
-         "(start_id missing)", run(keep_start=False)),
-        ("end_id itself was replaced by padding: keep each row's first end_id and pad only *after* it "
-         "(<end> replaced by padding)", run(pad_end=True)),
+        Suspect("each step takes the argmax of position 0, which predicts the first word again and again: the next "
+                "token is predicted by the *last* position, logits[:, -1]",
+                "greedy decoding from the first position", run(position=0)),
+        Suspect(never, "never stopping at <end>", run(stop="never")),
+        Suspect("the tokens a row generates after its end_id are kept: a finished row gets model.config.pad_id from "
+                "then on", "not padding after <end>", run(pad="none")),
+        Suspect(never, "never stopping at <end>", run(stop="never", pad="none")),
+        Suspect(f"finished rows are padded with 0, but this model's pad_id is {case.pad}: read model.config.pad_id",
+                "pad_id hard-coded as 0", run(pad="zero")),
+        Suspect("it stops as soon as the first row produces end_id: stop when *every* row has finished",
+                "stopped when the first row ended", run(stop="any")),
+        Suspect(f"it returns up to max_len + 1 = {case.max_len + 1} columns: max_len counts the start token, so at "
+                "most max_len - 1 tokens are generated",
+                "start token not counted in max_len", run(limit=case.max_len + 1)),
+        Suspect(f"it returns at most max_len - 1 = {case.max_len - 1} columns: max_len counts the start token, so a "
+                "row may hold max_len tokens in all",
+                "one token short of max_len", run(limit=max(case.max_len - 1, 1))),
+        Suspect("the first column is not start_id: every row starts with start_id, and max_len counts it",
+                "start_id missing", run(keep_start=False)),
+        Suspect("end_id itself was replaced by padding: keep each row's first end_id and pad only *after* it",
+                "end token replaced by padding", run(pad_end=True)),
     ]
 
 
@@ -837,18 +840,18 @@ def _judge_greedy(cases: list[DecodeCase], prefix: bool) -> Callable[[Observatio
             raise Mistake(f"{what} should return a (B, L) tensor of token ids, got {out!r:.80}")
         if result["dtype"] != "torch.int64":
             raise Mistake(f"{what} returned {result['dtype']} — token ids are a LongTensor (int64): build the "
-                          f"start column with dtype=torch.long (token ids not int64)")
+                          f"start column with dtype=torch.long", "token ids not int64")
         expected = ref.greedy_decode(case.model(), torch.tensor(case.src), case.start, case.end, case.max_len)
         view = (lambda t: [_upto_end(r, case.end) for r in t.tolist()]) if prefix else (lambda t: t.tolist())
         if view(out) == view(expected):
             return
-        for message, produce in _greedy_suspects(case):
+        for suspect in _greedy_suspects(case):
             with torch.no_grad():
-                candidate = produce()
+                candidate = suspect.produce()
             if view(candidate) == view(expected):
                 continue  # this mistake makes no difference here
             if view(candidate) == view(out):
-                raise Mistake(f"{what}: {message}")
+                raise Mistake(f"{what}: {suspect.message}", suspect.name)
         rows = f"got {out.tolist()}, expected {expected.tolist()}"
         raise Mistake(f"{what}: {rows} — the model's argmax at the last position is the next token; column 0 is "
                       f"start_id" + ("" if prefix else "; stop when every row has produced end_id and pad after it"))
@@ -868,7 +871,7 @@ def _judge_eval_mode(obs: Observations) -> None:
             raise Mistake(f"{case.what()} never called model.encode, model.decode or model(...)")
         if any(result["modes"]):
             raise Mistake(f"{case.what()} ran the model in training mode: call model.eval() first, or dropout "
-                          f"makes the decoding random (model left in training mode)")
+                          f"makes the decoding random", "model left in training mode")
 
 
 register("greedy_decode_tokens", _judge_greedy(_TOKEN_CASES, prefix=True))
@@ -879,23 +882,25 @@ register("greedy_decode_eval_mode", _judge_eval_mode)
 
 # ================================================================ concept checks
 
-def _decoder_passes_suspects(n: int) -> dict[str, Any]:
-    return {
-        "with teacher forcing the whole shifted target goes in at once, and the causal mask keeps each position from "
-        "the later ones: one pass scores every position (teacher forcing taken to run token by token)": (n, n),
-        "generation cannot know token t + 1 before it has chosen token t: without a cache it runs the decoder once "
-        "per new token (generation taken as one pass)": (1, 1),
-        "training takes one pass, generation one per token (training and generation swapped)": (n, 1),
-    }
+def _decoder_passes_suspects(n: int) -> list[Suspect]:
+    return [
+        Suspect("with teacher forcing the whole shifted target goes in at once, and the causal mask keeps each "
+                "position from the later ones: one pass scores every position",
+                "teacher forcing taken to run token by token", lambda: (n, n)),
+        Suspect("generation cannot know token t + 1 before it has chosen token t: without a cache it runs the decoder "
+                "once per new token",
+                "generation taken as one pass", lambda: (1, 1)),
+        Suspect("training takes one pass, generation one per token", "training and generation swapped", lambda: (n, 1)),
+    ]
 
 
-def _scored_positions_suspects(n: int) -> dict[str, Any]:
-    return {
-        "in training every position is predicted and scored; only generation reads the last position alone "
-        "(loss on the last token only)": ((n - 1,), n - 1),
-        "the next token comes from the last position, the only one that has seen the whole prefix "
-        "(first position read when generating)": (tuple(range(n)), 0),
-    }
+def _scored_positions_suspects(n: int) -> list[Suspect]:
+    return [
+        Suspect("in training every position is predicted and scored; only generation reads the last position alone",
+                "loss on the last token only", lambda: ((n - 1,), n - 1)),
+        Suspect("the next token comes from the last position, the only one that has seen the whole prefix",
+                "first position read when generating", lambda: (tuple(range(n)), 0)),
+    ]
 
 
 register("decoder_passes_answer", lambda obs: judge_answers(
