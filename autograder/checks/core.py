@@ -375,6 +375,42 @@ def probe_answers(cases: Sequence[tuple]) -> Probe:
     return probe
 
 
+# ---------------------------------------------------------------- declared checks
+
+def fresh_copy(case: tuple) -> tuple:
+    """``case`` with its tensors cloned, so that the learner's code cannot change the shared cases."""
+    return tuple(x.clone() if isinstance(x, Tensor) else x for x in case)
+
+
+def call_directly(student: Any, *case: Any) -> Any:
+    """The learner's function on one case's arguments: ``student(*case)``."""
+    return student(*case)
+
+
+@dataclass(frozen=True)
+class Check:
+    """The probe of a check that runs the learner's object on fixed cases (its judge: ``judges.core.Compare``).
+
+    ``cases`` are argument tuples built once, at import, from fixed seeds; ``call(student, *case)`` runs the
+    learner's object on one case (default: ``student(*case)``); the observations are ``{key: [result of each
+    case]}``, each result as :func:`attempt` keeps it, each call on its own copy of the case's tensors.
+    """
+
+    id: str
+    cases: Sequence[tuple]
+    call: Callable[..., Any] = call_directly
+    key: str = "outs"
+
+    def probe(self, student: Any) -> Observations:
+        return {self.key: [attempt(lambda case=case: self.call(student, *fresh_copy(case))) for case in self.cases]}
+
+
+def declare(check: Check) -> Check:
+    """Register ``check``'s probe under its id; returns the check, for its judge to import."""
+    register(check.id, check.probe)
+    return check
+
+
 # ---------------------------------------------------------------- plain data on the wire
 
 def encode(value: Any) -> Any:

@@ -14,9 +14,11 @@ import torch
 from torch import Tensor
 
 from autograder.checks.core import (
+    Check,
     Observations,
     Raised,
     attempt,
+    declare,
     load_weights,
     observe_contract,
     plain,
@@ -32,33 +34,30 @@ from autograder.checks.core import (
 NEG_INF = float("-inf")
 
 
+def _with_neg_inf(seed: int, slice_: tuple) -> Tensor:
+    """A (3, 4, 5) input with -inf entries, and -inf over the whole of ``x[slice_]``."""
+    x = seeded(3, 4, 5, seed=seed).masked_fill(~seeded_mask(3, 4, 5, seed=seed + 1), NEG_INF)
+    x[slice_] = NEG_INF
+    return x
+
+
 # ================================================================ softmax
 
-def _softmax_cases(name: str) -> list[tuple[Tensor, int]]:
-    if name == "values":
-        return [
-            (seeded(2, 3, 5, seed=11), -1),
-            (seeded(2, 3, 5, seed=12), 1),
-            (seeded(4, 4, seed=13), 0),
-            (seeded(5, 5, seed=15), -1),
-            (seeded(3, 4, seed=14, scale=3.0), -1),
-        ]
-    if name == "stable":
-        offsets = torch.tensor([[0.0], [-3000.0], [500.0], [-90.0]])
-        return [(seeded(3, 6, seed=21, scale=1000.0), -1), (seeded(4, 5, seed=22) + offsets, -1)]
-    # "masked": -inf entries, and slices that are entirely -inf
-    x1 = seeded(3, 4, 5, seed=31).masked_fill(~seeded_mask(3, 4, 5, seed=32), NEG_INF)
-    x1[0, 1, :] = NEG_INF
-    x2 = seeded(3, 4, 5, seed=33).masked_fill(~seeded_mask(3, 4, 5, seed=34), NEG_INF)
-    x2[1, :, 2] = NEG_INF
-    return [(x1, -1), (x2, 1)]
-
-
-def _probe_softmax(case_set: str) -> Any:
-    def probe(student: Any) -> Observations:
-        return {"outs": [attempt(lambda x=x, dim=dim: student(x.clone(), dim)) for x, dim in _softmax_cases(case_set)]}
-
-    return probe
+SOFTMAX_VALUES = declare(Check("softmax_sums_to_one", [
+    (seeded(2, 3, 5, seed=11), -1),
+    (seeded(2, 3, 5, seed=12), 1),
+    (seeded(4, 4, seed=13), 0),
+    (seeded(5, 5, seed=15), -1),
+    (seeded(3, 4, seed=14, scale=3.0), -1),
+]))
+SOFTMAX_STABLE = declare(Check("softmax_stable", [
+    (seeded(3, 6, seed=21, scale=1000.0), -1),
+    (seeded(4, 5, seed=22) + torch.tensor([[0.0], [-3000.0], [500.0], [-90.0]]), -1),
+]))
+SOFTMAX_MASKED = declare(Check("softmax_masked_entries", [  # -inf entries, and slices that are entirely -inf
+    (_with_neg_inf(31, (0, 1)), -1),
+    (_with_neg_inf(33, (1, slice(None), 2)), 1),
+]))
 
 
 def _probe_softmax_library(student: Any) -> Observations:
@@ -69,24 +68,17 @@ def _probe_softmax_library(student: Any) -> Observations:
 
 _SOFTMAX_CONTRACT = {"x": seeded(3, 4, 5, seed=51, dtype=torch.float64)}
 
-register("softmax_sums_to_one", _probe_softmax("values"))
-register("softmax_stable", _probe_softmax("stable"))
-register("softmax_masked_entries", _probe_softmax("masked"))
 register("softmax_no_library", _probe_softmax_library)
 register("softmax_contract", lambda student: observe_contract(lambda x: student(x, 1), _SOFTMAX_CONTRACT, seed=52))
 
 
 # ================================================================ attention_scores
 
-_SCORE_CASES = [
+SCORES_VALUES = declare(Check("attention_scores_values", [
     (seeded(2, 4, 3, 16, seed=61), seeded(2, 4, 7, 16, seed=62)),
     (seeded(2, 5, 16, seed=63), seeded(2, 5, 16, seed=64)),
     (seeded(3, 3, 3, seed=60), seeded(3, 3, 3, seed=59)),
-]
-
-
-def _probe_scores(student: Any) -> Observations:
-    return {"outs": [attempt(lambda q=q, k=k: student(q.clone(), k.clone())) for q, k in _SCORE_CASES]}
+]))
 
 
 def _probe_scores_errors(student: Any) -> Observations:
@@ -96,44 +88,37 @@ def _probe_scores_errors(student: Any) -> Observations:
 _SCORES_CONTRACT = {"q": seeded(2, 3, 8, seed=67, dtype=torch.float64),
                     "k": seeded(2, 5, 8, seed=68, dtype=torch.float64)}
 
-register("attention_scores_values", _probe_scores)
 register("attention_scores_checks_shapes", _probe_scores_errors)
 register("attention_scores_contract", lambda student: observe_contract(student, _SCORES_CONTRACT, seed=69))
 
 
 # ================================================================ scaled_dot_product_attention
 
-def _sdpa_case(name: str) -> list[tuple[Tensor, Tensor, Tensor, Tensor | None]]:
-    if name == "plain":
-        return [
-            (seeded(2, 3, 4, 8, seed=71), seeded(2, 3, 6, 8, seed=72), seeded(2, 3, 6, 5, seed=73), None),
-            (seeded(1, 5, 16, seed=74), seeded(1, 5, 16, seed=75), seeded(1, 5, 16, seed=76), None),
-        ]
-    if name == "mask":
-        m1 = seeded_mask(5, 6, seed=77)
-        m1[:, 0] = True  # every query keeps a key here; fully masked rows have their own check
-        m2 = seeded_mask(2, 1, 5, 5, seed=78)
-        m2[..., 0] = True
-        return [
-            (seeded(2, 2, 5, 8, seed=79), seeded(2, 2, 6, 8, seed=80), seeded(2, 2, 6, 4, seed=81), m1),
-            (seeded(2, 3, 5, 8, seed=82), seeded(2, 3, 5, 8, seed=83), seeded(2, 3, 5, 8, seed=84), m2),
-        ]
-    m = seeded_mask(2, 4, 6, seed=85)
-    m[:, :, 0] = True
-    m[0, 1] = False  # query 1 of batch 0 may attend nothing
-    m[1, 3] = False
-    return [(seeded(2, 4, 8, seed=86), seeded(2, 6, 8, seed=87), seeded(2, 6, 3, seed=88), m)]
+def _mask(*shape: int, seed: int, keep: tuple) -> Tensor:
+    """A seeded boolean mask, True over ``mask[keep]`` (a key every query keeps)."""
+    mask = seeded_mask(*shape, seed=seed)
+    mask[keep] = True
+    return mask
 
 
-def _probe_sdpa(case_set: str) -> Any:
-    def probe(student: Any) -> Observations:
-        results = []
-        for q, k, v, mask in _sdpa_case(case_set):
-            args = (q.clone(), k.clone(), v.clone()) + (() if mask is None else (mask.clone(),))
-            results.append(attempt(lambda args=args: student(*args)))
-        return {"results": results}
-
-    return probe
+SDPA_PLAIN_CASES = [  # (q, k, v): no mask
+    (seeded(2, 3, 4, 8, seed=71), seeded(2, 3, 6, 8, seed=72), seeded(2, 3, 6, 5, seed=73)),
+    (seeded(1, 5, 16, seed=74), seeded(1, 5, 16, seed=75), seeded(1, 5, 16, seed=76)),
+]
+SDPA_SHAPES = declare(Check("scaled_dot_product_attention_shapes", SDPA_PLAIN_CASES, key="results"))
+SDPA_VALUES = declare(Check("scaled_dot_product_attention_matches_torch", SDPA_PLAIN_CASES, key="results"))
+SDPA_MASK = declare(Check("scaled_dot_product_attention_mask", [  # (q, k, v, mask); no fully masked row here
+    (seeded(2, 2, 5, 8, seed=79), seeded(2, 2, 6, 8, seed=80), seeded(2, 2, 6, 4, seed=81),
+     _mask(5, 6, seed=77, keep=(slice(None), 0))),
+    (seeded(2, 3, 5, 8, seed=82), seeded(2, 3, 5, 8, seed=83), seeded(2, 3, 5, 8, seed=84),
+     _mask(2, 1, 5, 5, seed=78, keep=(..., 0))),
+], key="results"))
+_DEAD_ROWS = _mask(2, 4, 6, seed=85, keep=(slice(None), slice(None), 0))
+_DEAD_ROWS[0, 1] = False  # query 1 of batch 0 may attend nothing
+_DEAD_ROWS[1, 3] = False
+SDPA_FULLY_MASKED = declare(Check("scaled_dot_product_attention_fully_masked", [
+    (seeded(2, 4, 8, seed=86), seeded(2, 6, 8, seed=87), seeded(2, 6, 3, seed=88), _DEAD_ROWS),
+], key="results"))
 
 
 def _probe_sdpa_errors(student: Any) -> Observations:
@@ -145,20 +130,14 @@ def _probe_sdpa_errors(student: Any) -> Observations:
     }
 
 
-_SDPA_GRAD_MASK = seeded_mask(2, 3, 5, seed=95)
-_SDPA_GRAD_MASK[..., 1] = True
-_SDPA_GRAD_MASK[0, 2] = False  # a fully masked row: its gradient must be 0, not NaN
 _SDPA_CONTRACT = {
     "q": seeded(2, 3, 6, seed=96, dtype=torch.float64),
     "k": seeded(2, 5, 6, seed=97, dtype=torch.float64),
     "v": seeded(2, 5, 4, seed=98, dtype=torch.float64),
-    "mask": _SDPA_GRAD_MASK,
+    "mask": _mask(2, 3, 5, seed=95, keep=(..., 1)),
 }
+_SDPA_CONTRACT["mask"][0, 2] = False  # a fully masked row: its gradient must be 0, not NaN
 
-register("scaled_dot_product_attention_shapes", _probe_sdpa("plain"))
-register("scaled_dot_product_attention_matches_torch", _probe_sdpa("plain"))
-register("scaled_dot_product_attention_mask", _probe_sdpa("mask"))
-register("scaled_dot_product_attention_fully_masked", _probe_sdpa("fully_masked"))
 register("scaled_dot_product_attention_gradients",
          lambda student: observe_contract(student, _SDPA_CONTRACT, seed=99))
 register("scaled_dot_product_attention_errors", _probe_sdpa_errors)
@@ -166,18 +145,16 @@ register("scaled_dot_product_attention_errors", _probe_sdpa_errors)
 
 # ================================================================ SelfAttention
 
-_FORWARD_CASES = [  # (d_model, d_k, d_v, x, mask, seed)
+def _run_self_attention(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
+                        seed: int) -> Any:
+    """``SelfAttention(d_model, d_k, d_v)`` with the seeded projection weights, on ``x`` and ``mask``."""
+    return load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))(x, mask)
+
+
+SELF_ATTENTION_FORWARD = declare(Check("SelfAttention_forward", [  # (d_model, d_k, d_v, x, mask, seed)
     (16, 8, 6, seeded(2, 5, 16, seed=101), None, 102),
     (8, 4, 8, seeded(2, 6, 8, seed=103), torch.tril(torch.ones(6, 6, dtype=torch.bool)), 104),
-]
-
-
-def _probe_forward(student: Any) -> Observations:
-    def run(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> Any:
-        module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
-        return module(x.clone(), mask)
-
-    return {"results": [attempt(lambda case=case: run(*case)) for case in _FORWARD_CASES]}
+], call=_run_self_attention, key="results"))
 
 
 def _output_depends_on(module: Any, name: str, x: Tensor, mask: Tensor | None, out: Tensor) -> bool | None:
@@ -195,7 +172,7 @@ def _output_depends_on(module: Any, name: str, x: Tensor, mask: Tensor | None, o
 
 
 def _probe_module_gradients(student: Any) -> Observations:
-    d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
+    d_model, d_k, d_v, x, mask, seed = SELF_ATTENTION_FORWARD.cases[1]
 
     def run() -> dict[str, Any]:
         module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
@@ -211,7 +188,6 @@ def _probe_module_gradients(student: Any) -> Observations:
 
 
 register("SelfAttention_projections", probe_projections)
-register("SelfAttention_forward", _probe_forward)
 register("SelfAttention_gradients", _probe_module_gradients)
 
 

@@ -37,6 +37,7 @@ from attention_course.testing import (
 )
 from autograder.checks.core import (
     PROJECTION_CASES,
+    Check,
     Mistake,
     Observations,
     Raised,
@@ -328,6 +329,63 @@ def judge_tensor(
     raise Mistake(
         f"{what}: at index {where} got {actual[where].item():.6g}, expected {expected[where].item():.6g}{tail}",
         named_by_hint)
+
+
+def no_suspects(*case: Any) -> list[Suspect]:
+    return []
+
+
+def identity(out: Any) -> Any:
+    return out
+
+
+@dataclass(frozen=True)
+class Compare:
+    """The judge of a declared :class:`~autograder.checks.core.Check`: each case's result against the reference.
+
+    ``reference(*case)`` is the expected result, ``what(*case)`` the words that name the case in a message,
+    ``suspects(*case)`` the likely mistakes (each producing what that mistake returns on the case), ``pick(out)``
+    the tensor to compare (e.g. ``out[0]`` of ``(out, weights)``). A result that is a tuple compared item by
+    item names its ``parts``, ``(index, label)`` in the order they are judged: item ``index`` is "the <label>
+    of <what>", against the same item of the reference and of each suspect. ``guard(out, what, *case)`` runs
+    first and raises :class:`Mistake` for a result of the wrong form (not a pair, the pair swapped...).
+    """
+
+    check: Check
+    reference: Callable[..., Any]
+    what: Callable[..., str]
+    suspects: Callable[..., list[Suspect]] = no_suspects
+    hint: str = ""
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    pick: Callable[[Any], Any] = identity
+    parts: Sequence[tuple[int, str]] = ()
+    guard: Callable[..., None] | None = None
+
+    def __call__(self, obs: Observations) -> None:
+        judge_cases((out, lambda out, case=case: self.judge_one(out, *case))
+                    for case, out in zip(self.check.cases, obs[self.check.key], strict=True))
+
+    def judge_one(self, out: Any, *case: Any) -> None:
+        what = self.what(*case)
+        if isinstance(out, Raised):
+            raise Mistake(f"{what} {out.describe()}")
+        if self.guard is not None:
+            self.guard(out, what, *case)
+        expected, suspects = self.reference(*case), self.suspects(*case)
+        if not self.parts:
+            if self.pick is not identity:
+                suspects = [Suspect(s.message, s.name, lambda s=s: self.pick(s.produce())) for s in suspects]
+            judge_tensor(self.pick(out), self.pick(expected), what, suspects, self.hint, self.atol, self.rtol)
+        for index, label in self.parts:
+            judge_tensor(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
+                         self.hint, self.atol, self.rtol)
+
+
+def judge(compare: Compare) -> Compare:
+    """Register ``compare`` as the judge of its check; returns it."""
+    register(compare.check.id, compare)
+    return compare
 
 
 def judge_contract(

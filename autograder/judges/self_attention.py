@@ -17,22 +17,28 @@ from torch import Tensor
 from attention_course.testing import GRAPH_CUT, LIBRARY_CALL
 from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
 from autograder.checks.self_attention import (
-    _FORWARD_CASES,
-    _SCORE_CASES,
     _SCORE_COUNT_CASES,
     _SCORE_POSITION_CASES,
     _SCORES_CONTRACT,
     _SDPA_CONTRACT,
     _SOFTMAX_CONTRACT,
     NEG_INF,
-    _sdpa_case,
-    _softmax_cases,
+    SCORES_VALUES,
+    SDPA_FULLY_MASKED,
+    SDPA_MASK,
+    SDPA_SHAPES,
+    SDPA_VALUES,
+    SELF_ATTENTION_FORWARD,
+    SOFTMAX_MASKED,
+    SOFTMAX_STABLE,
+    SOFTMAX_VALUES,
 )
 from autograder.judges.core import (
+    Compare,
     Suspect,
     contract_check,
+    judge,
     judge_answers,
-    judge_cases,
     judge_projections,
     judge_tensor,
     judge_value_error,
@@ -80,66 +86,52 @@ def _softmax_suspects(x: Tensor, dim: int) -> list[Suspect]:
     ]
 
 
-def _judge_softmax_values(obs: Observations) -> None:
-    judge_cases(
-        (out, lambda out, x=x, dim=dim: judge_tensor(
-            out, ref.softmax(x, dim), f"softmax(x of shape {tuple(x.shape)}, dim={dim})", _softmax_suspects(x, dim)))
-        for (x, dim), out in zip(_softmax_cases("values"), obs["outs"], strict=True)
-    )
-
-
-def _judge_softmax_stable(obs: Observations) -> None:
-    judge_cases((out, lambda out, x=x, dim=dim: _judge_one_stable(out, x, dim))
-                for (x, dim), out in zip(_softmax_cases("stable"), obs["outs"], strict=True))
-
-
-def _judge_one_stable(out: Any, x: Tensor, dim: int) -> None:
-    suspects = [
+def _stable_suspects(x: Tensor, dim: int) -> list[Suspect]:
+    return [
         Suspect(
             "exp overflows for large inputs (exp(89) is already inf in float32), giving inf/inf = NaN — "
             "subtract the maximum along `dim` before exponentiating; the result is mathematically unchanged",
             "overflowing softmax",
-            lambda x=x, dim=dim: _exp_over_sum(x, dim),
+            lambda: _exp_over_sum(x, dim),
         ),
         Suspect(
             "it subtracts the maximum of the whole tensor, so slices far below it underflow to 0/0 = NaN — "
             "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
-            lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim),
+            lambda: _exp_over_sum(x - x.max(), dim),
         ),
         Suspect(
             "it subtracts the maximum of the whole tensor, so slices far below it underflow to all zeros — "
             "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
-            lambda x=x, dim=dim: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
+            lambda: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
         ),
         *_softmax_suspects(x, dim),
     ]
-    judge_tensor(out, ref.softmax(x, dim), f"softmax of large inputs (up to {x.abs().max().item():.0f})",
-                 suspects, hint="subtract the maximum along `dim` before exp")
 
 
-def _judge_softmax_masked(obs: Observations) -> None:
-    judge_cases((out, lambda out, x=x, dim=dim: _judge_one_masked(out, x, dim))
-                for (x, dim), out in zip(_softmax_cases("masked"), obs["outs"], strict=True))
-
-
-def _judge_one_masked(out: Any, x: Tensor, dim: int) -> None:
+def _masked_suspects(x: Tensor, dim: int) -> list[Suspect]:
     finite_min = x.masked_fill(torch.isinf(x), torch.finfo(x.dtype).min)
-    suspects = [
+    return [
         Suspect(
             "a slice that is entirely -inf (a query whose keys are all masked) gives NaN: its maximum is -inf "
             "and -inf - (-inf) is NaN — use 0 where the maximum is not finite, and divide by 1 where the sum "
             "is 0, so the slice comes out all zeros", "NaN on fully masked rows",
-            lambda x=x, dim=dim: _exp_over_sum(x - x.amax(dim=dim, keepdim=True), dim),
+            lambda: _exp_over_sum(x - x.amax(dim=dim, keepdim=True), dim),
         ),
         Suspect(
             "a slice that is entirely -inf gives equal weights instead of zeros — if you replace -inf by a "
             "large negative number, zero those slices afterwards", "large negative number instead of -inf",
-            lambda x=finite_min, dim=dim: ref.softmax(x, dim),
+            lambda: ref.softmax(finite_min, dim),
         ),
         *_softmax_suspects(x, dim),
     ]
-    judge_tensor(out, ref.softmax(x, dim), f"softmax(x with -inf entries, dim={dim})", suspects,
-                 hint="entries of -inf get weight 0, and an all -inf slice gives zeros")
+
+
+judge(Compare(SOFTMAX_VALUES, ref.softmax, lambda x, dim: f"softmax(x of shape {tuple(x.shape)}, dim={dim})",
+              _softmax_suspects))
+judge(Compare(SOFTMAX_STABLE, ref.softmax, lambda x, _: f"softmax of large inputs (up to {x.abs().max().item():.0f})",
+              _stable_suspects, hint="subtract the maximum along `dim` before exp"))
+judge(Compare(SOFTMAX_MASKED, ref.softmax, lambda _, dim: f"softmax(x with -inf entries, dim={dim})",
+              _masked_suspects, hint="entries of -inf get weight 0, and an all -inf slice gives zeros"))
 
 
 def _judge_softmax_library(obs: Observations) -> None:
@@ -151,9 +143,6 @@ def _judge_softmax_library(obs: Observations) -> None:
         raise Mistake(f"softmax(x of shape (3, 5)) {obs['result'].describe()}")
 
 
-register("softmax_sums_to_one", _judge_softmax_values)
-register("softmax_stable", _judge_softmax_stable)
-register("softmax_masked_entries", _judge_softmax_masked)
 register("softmax_no_library", _judge_softmax_library)
 register("softmax_contract", contract_check(lambda x: ref.softmax(x, 1), _SOFTMAX_CONTRACT, 52, "softmax",
                                             {name: "write softmax yourself" for name in LIBRARY_SOFTMAX}))
@@ -180,16 +169,8 @@ def _score_suspects(q: Tensor, k: Tensor) -> list[Suspect]:
     ]
 
 
-def _judge_scores(obs: Observations) -> None:
-    judge_cases(
-        (out, lambda out, q=q, k=k: judge_tensor(
-            out, ref.attention_scores(q, k), f"attention_scores(q {tuple(q.shape)}, k {tuple(k.shape)})",
-            _score_suspects(q, k)))
-        for (q, k), out in zip(_SCORE_CASES, obs["outs"], strict=True)
-    )
-
-
-register("attention_scores_values", _judge_scores)
+judge(Compare(SCORES_VALUES, ref.attention_scores,
+              lambda q, k: f"attention_scores(q {tuple(q.shape)}, k {tuple(k.shape)})", _score_suspects))
 register(
     "attention_scores_checks_shapes",
     lambda obs: judge_value_error(obs["raised"], "attention_scores(q (2, 3, 4), k (2, 5, 6)) with d_k 4 against 6",
@@ -200,14 +181,14 @@ register("attention_scores_contract", contract_check(ref.attention_scores, _SCOR
 
 # ================================================================ scaled_dot_product_attention
 
-def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: int) -> list[Suspect]:
-    """Suspects for output ``part`` (0: out, 1: weights) of scaled_dot_product_attention."""
+def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> list[Suspect]:
+    """Suspects for scaled_dot_product_attention, each producing ``(out, weights)``."""
     d_k = q.shape[-1]
     raw = q @ k.transpose(-2, -1)
 
-    def attend(scores: Tensor, values: Tensor = v, dim: int = -1) -> Tensor:
+    def attend(scores: Tensor, values: Tensor = v, dim: int = -1) -> tuple[Tensor, Tensor]:
         weights = ref.softmax(scores, dim)
-        return (weights @ values, weights)[part]
+        return weights @ values, weights
 
     def masked(scores: Tensor, fill: float, keep: Tensor | None = mask) -> Tensor:
         return scores if keep is None else scores.masked_fill(~keep, fill)
@@ -220,19 +201,17 @@ def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: i
                 lambda: attend(masked(raw, NEG_INF))),
         Suspect(f"the scores are divided by d_k = {d_k} instead of √d_k", "dividing by d_k",
                 lambda: attend(masked(raw / d_k, NEG_INF))),
+        # these two get the weights right: they can only name a wrong output
+        Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v",
+                "keys used as values", lambda: attend(masked(scores, NEG_INF), values=k)),
+        Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v",
+                "queries used as values", lambda: attend(masked(scores, NEG_INF), values=q)),
     ]
-    if part == 0:
-        suspects += [
-            Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v",
-                    "keys used as values", lambda: ref.softmax(masked(scores, NEG_INF)) @ k),
-            Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v",
-                    "queries used as values", lambda: ref.softmax(masked(scores, NEG_INF)) @ q),
-        ]
     if mask is not None:
         suspects += [
             Suspect("the mask is applied after the softmax: masked keys get 0 but the rows no longer sum to 1 — "
                     "fill masked scores with -inf before the softmax", "mask applied after the softmax",
-                    lambda: (ref.softmax(scores) * mask @ v, ref.softmax(scores) * mask)[part]),
+                    lambda: (ref.softmax(scores) * mask @ v, ref.softmax(scores) * mask)),
             Suspect("masked scores are filled with 0, and exp(0) = 1 still gives those keys weight — fill them "
                     "with -inf", "mask filled with 0 instead of -inf", lambda: attend(masked(scores, 0.0))),
             Suspect("the mask is inverted: True means 'may attend' (as in F.scaled_dot_product_attention), so block "
@@ -245,36 +224,30 @@ def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, part: i
     return suspects
 
 
-def _judge_sdpa_result(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, what: str) -> None:
+def _sdpa_what(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> str:
+    return f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}" + (
+        ")" if mask is None else f", mask {tuple(mask.shape)})")
+
+
+def _out_then_weights(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> None:
+    """The guard of scaled_dot_product_attention's values: a pair, out first."""
     out, weights = ref.scaled_dot_product_attention(q, k, v, mask)
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
     got_out, got_weights = result
     if (isinstance(got_out, Tensor) and isinstance(got_weights, Tensor) and got_out.shape == weights.shape
             and got_weights.shape == out.shape and out.shape != weights.shape):
         raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
-    judge_tensor(got_weights, weights, f"the weights of {what}", _sdpa_suspects(q, k, v, mask, 1))
-    judge_tensor(got_out, out, f"the output of {what}", _sdpa_suspects(q, k, v, mask, 0))
 
 
-def _judge_sdpa(case_set: str) -> Any:
-    def judge(obs: Observations) -> None:
-        def one(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> None:
-            what = f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}" + (
-                ")" if mask is None else f", mask {tuple(mask.shape)})")
-            if case_set == "fully_masked":
-                _judge_fully_masked(result, q, k, v, mask, what)
-            _judge_sdpa_result(result, q, k, v, mask, what)
-
-        judge_cases((result, lambda result, case=case: one(result, *case))
-                    for case, result in zip(_sdpa_case(case_set), obs["results"], strict=True))
-
-    return judge
+def _zeros_on_dead_rows(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> None:
+    """The guard of the fully masked case: a query that may attend no key gets zeros, not NaN; then a pair,
+    out first (:func:`_out_then_weights`)."""
+    _dead_rows_are_zero(result, what, q, k, v, mask)
+    _out_then_weights(result, what, q, k, v, mask)
 
 
-def _judge_fully_masked(result: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, what: str) -> None:
+def _dead_rows_are_zero(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> None:
     if not (isinstance(result, tuple) and len(result) == 2 and all(isinstance(t, Tensor) for t in result)):
         return  # the shape judge explains
     out, weights = result
@@ -307,7 +280,7 @@ def _judge_sdpa_errors(obs: Observations) -> None:
 
 
 def _judge_sdpa_shapes(obs: Observations) -> None:
-    for (q, k, v, _), result in zip(_sdpa_case("plain"), obs["results"], strict=True):
+    for (q, k, v), result in zip(SDPA_SHAPES.cases, obs[SDPA_SHAPES.key], strict=True):
         what = f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)})"
         out, weights = ref.scaled_dot_product_attention(q, k, v)
         if isinstance(result, Raised):
@@ -325,9 +298,13 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
 
 
 register("scaled_dot_product_attention_shapes", _judge_sdpa_shapes)
-register("scaled_dot_product_attention_matches_torch", _judge_sdpa("plain"))
-register("scaled_dot_product_attention_mask", _judge_sdpa("mask"))
-register("scaled_dot_product_attention_fully_masked", _judge_sdpa("fully_masked"))
+_WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
+judge(Compare(SDPA_VALUES, ref.scaled_dot_product_attention, _sdpa_what, _sdpa_suspects,
+              parts=_WEIGHTS_THEN_OUTPUT, guard=_out_then_weights))
+judge(Compare(SDPA_MASK, ref.scaled_dot_product_attention, _sdpa_what, _sdpa_suspects,
+              parts=_WEIGHTS_THEN_OUTPUT, guard=_out_then_weights))
+judge(Compare(SDPA_FULLY_MASKED, ref.scaled_dot_product_attention, _sdpa_what, _sdpa_suspects,
+              parts=_WEIGHTS_THEN_OUTPUT, guard=_zeros_on_dead_rows))
 register(
     "scaled_dot_product_attention_gradients",
     contract_check(
@@ -340,22 +317,17 @@ register("scaled_dot_product_attention_errors", _judge_sdpa_errors)
 
 # ================================================================ SelfAttention
 
-def _judge_forward(obs: Observations) -> None:
-    judge_cases((result, lambda result, case=case: _judge_one_forward(result, *case))
-                for case, result in zip(_FORWARD_CASES, obs["results"], strict=True))
-
-
-def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
-                       seed: int) -> None:
+def _projected(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> tuple[Tensor, ...]:
+    """q, k, v of ``x`` through the seeded projection weights of the case."""
     w = projection_weights(d_model, d_k, d_v, seed)
-    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-    what = f"SelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + ("" if mask is None else " with a mask")
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+    return x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
+
+
+def _forward_suspects(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> list[Suspect]:
+    """Suspects for SelfAttention's forward, each producing ``(out, weights)``."""
+    q, k, v = _projected(d_model, d_k, d_v, x, mask, seed)
     attend = ref.scaled_dot_product_attention
-    mistakes = [
+    return [
         Suspect("the values are the input x itself — project them with w_v", "values not projected",
                 lambda: attend(q, k, x, mask)),
         Suspect("the keys are computed with w_q — keys come from w_k",
@@ -365,14 +337,27 @@ def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor,
         Suspect("the scores are scaled by √d_model instead of √d_k, the width of q and k",
                 "scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
     ]
-    out, weights = attend(q, k, v, mask)
-    for part, name, want in ((1, "weights", weights), (0, "output", out)):
-        suspects = [mistake.part(part) for mistake in mistakes]
-        judge_tensor(result[part], want, f"the {name} of {what}", suspects)
+
+
+def _a_pair_from_forward(result: Any, what: str, *case: Any) -> None:
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got {result!r:.80}")
+
+
+def _forward_reference(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> Any:
+    return ref.scaled_dot_product_attention(*_projected(d_model, d_k, d_v, x, mask, seed), mask)
+
+
+def _forward_what(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> str:
+    return f"SelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + ("" if mask is None else " with a mask")
+
+
+judge(Compare(SELF_ATTENTION_FORWARD, _forward_reference, _forward_what, _forward_suspects,
+              parts=_WEIGHTS_THEN_OUTPUT, guard=_a_pair_from_forward))
 
 
 def _judge_module_gradients(obs: Observations) -> None:
-    d_model, d_k, d_v, x, mask, seed = _FORWARD_CASES[1]
+    d_model, d_k, d_v, x, mask, seed = SELF_ATTENTION_FORWARD.cases[1]
     if "raised" in obs:
         raise Mistake(f"SelfAttention({d_model}, {d_k}, {d_v}): forward and backward {obs['raised'].describe()}")
     used = obs["used"]  # {name: whether doubling that projection's weight changes the output}
@@ -391,7 +376,6 @@ def _judge_module_gradients(obs: Observations) -> None:
 
 
 register("SelfAttention_projections", lambda obs: judge_projections(obs, "SelfAttention"))
-register("SelfAttention_forward", _judge_forward)
 register("SelfAttention_gradients", _judge_module_gradients)
 
 
