@@ -10,9 +10,14 @@
 - :mod:`attention_course.tasks` — data made in code for Chapter 6: copy, reverse,
   and dates written in many human formats -> ISO dates, with a tokenizer.
 - :mod:`attention_course.models` — a transformer built from PyTorch's own layers,
-  so Chapter 6 runs without your solutions (swap in your own ``Transformer``).
+  so Chapter 6 runs without your solutions (swap in your own ``Transformer``),
+  and beam search (of width 2 or more: greedy decoding is an exercise).
 - :mod:`attention_course.training` — the trainer: teacher forcing, AdamW with
   warm-up, clipping, automatic device, bf16, checkpoints, named configurations.
+- :mod:`attention_course.benchmark_attention` and
+  :mod:`attention_course.benchmark_training` — Chapter 6's measurements (attention
+  step by step against the fused kernel; training throughput and MFU), each also
+  a command line: ``python -m attention_course.benchmark_attention --help``.
 
 Nothing here implements an exercise: that is the learner's job.
 """

@@ -14,8 +14,11 @@ is ``True`` at padding, ``tgt_mask`` is ``True`` above the diagonal). The
 conversion happens in :meth:`TorchTransformer.encode` and
 :meth:`TorchTransformer.decode`, and nowhere else.
 
-Also here: :func:`greedy_search` and :func:`beam_search`, two ways of
-generating an output one token at a time from any model with that interface.
+Also here: :func:`beam_search`, which generates an output one token at a
+time from any model with that interface, keeping several candidate outputs
+at every step. Greedy decoding, a beam of one, is not here: it is the
+``greedy_decode`` you write in the Chapter 6 exercises, and ``beam_search``
+refuses ``beam_size < 2``.
 """
 
 from __future__ import annotations
@@ -196,72 +199,48 @@ def _log_probs_of_next(model: nn.Module, prefix: Tensor, memory: Tensor, src: Te
 
 
 @torch.no_grad()
-def greedy_search(model: nn.Module, src: Tensor, start_id: int, end_id: int, max_len: int) -> Tensor:
-    """Generate by taking the most likely token at every step: ``src (B, S)`` → ``(B, L)`` ids.
-
-    Each row starts with ``start_id``; ``L <= max_len`` counts it. The loop
-    ends once every row has produced ``end_id``; after a row's ``end_id`` it
-    holds ``model.config.pad_id``. ``memory`` is computed once. The model runs
-    in eval mode (no dropout) and is left in the mode it had.
-    """
-    with in_eval_mode(model):
-        return _greedy(model, src, start_id, end_id, max_len)
-
-
-def _greedy(model: nn.Module, src: Tensor, start_id: int, end_id: int, max_len: int) -> Tensor:
-    pad = model.config.pad_id
-    memory = model.encode(src)  # (B, S, d_model), once for the whole loop
-    tokens = torch.full((src.shape[0], max_len), pad, dtype=torch.long, device=src.device)  # (B, max_len)
-    tokens[:, 0] = start_id
-    running = torch.ones(src.shape[0], dtype=torch.bool, device=src.device)  # rows still writing
-    length = 1
-    while length < max_len and bool(running.any()):
-        best = _log_probs_of_next(model, tokens[:, :length], memory, src).argmax(dim=-1)  # (B,)
-        tokens[:, length] = best.masked_fill(~running, pad)
-        running &= best != end_id
-        length += 1
-    return tokens[:, :length]
-
-
-@torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, start_id: int, end_id: int, max_len: int, beam_size: int = 4,
                 length_alpha: float = 0.0) -> Tensor:
-    """Keep the ``beam_size`` most likely prefixes at every step instead of one: ``src (B, S)`` → ``(B, L)``.
+    """Keep the ``beam_size`` most likely prefixes at every step: ``src (B, S)`` → ``(B, L)`` ids.
 
     A prefix's score is the sum of the log-probabilities of its tokens. A
     finished prefix (one that wrote ``end_id``) keeps its score and is padded
     from then on. At the end each sentence returns its best prefix by
     ``score / length ** length_alpha`` (``length_alpha = 0``: the raw sum,
-    which favours short outputs; 0.6 to 1 is usual in translation). The result
-    has the layout of :func:`greedy_search`; ``beam_size = 1`` gives the same
-    output as it.
+    which favours short outputs; 0.6 to 1 is usual in translation). Each row
+    starts with ``start_id`` and holds ``model.config.pad_id`` after its
+    ``end_id``; ``L <= max_len`` counts ``start_id``. ``memory`` is computed
+    once. The model runs in eval mode (no dropout) and is left in the mode it
+    had.
+
+    Raises:
+        ValueError: if ``beam_size < 2``. A beam of 1 is greedy decoding, the
+            ``greedy_decode`` that Chapter 6's exercise asks you to write.
     """
-    with in_eval_mode(model):
-        return _beam(model, src, start_id, end_id, max_len, beam_size, length_alpha)
-
-
-def _beam(model: nn.Module, src: Tensor, start_id: int, end_id: int, max_len: int, beam_size: int,
-          length_alpha: float) -> Tensor:
+    if beam_size < 2:
+        raise ValueError(f"beam_size={beam_size}: beam_search needs a beam of at least 2. A beam of 1 is greedy "
+                         "decoding, which Chapter 6's exercise asks you to write yourself (greedy_decode)")
     b, k = src.shape[0], beam_size
-    pad = model.config.pad_id
-    memory = model.encode(src).repeat_interleave(k, dim=0)  # (B, S, d) -> (B * k, S, d): k copies per sentence
-    src_k = src.repeat_interleave(k, dim=0)  # (B * k, S)
-    seqs = torch.full((b * k, 1), start_id, dtype=torch.long, device=src.device)  # (B * k, 1)
-    score = torch.full((b, k), float("-inf"), device=src.device)  # (B, k)
-    score[:, 0] = 0.0  # at the start all k beams are the same prefix: keep one
-    ended = torch.zeros(b * k, dtype=torch.bool, device=src.device)  # (B * k,): beams that wrote <end>
-    while seqs.shape[1] < max_len and not bool(ended.all()):
-        logp = _log_probs_of_next(model, seqs, memory, src_k)  # (B * k, V)
-        v = logp.shape[-1]
-        logp[:, pad] = float("-inf")  # a running prefix never writes <pad> ...
-        logp[ended] = float("-inf")
-        logp[ended, pad] = 0.0  # ... and a finished one writes nothing else, for free
-        total = (score.reshape(-1, 1) + logp).reshape(b, k * v)  # (B, k * V): every prefix + every next token
-        score, pick = total.topk(k, dim=-1)  # (B, k) best continuations per sentence
-        parent = (pick // v + torch.arange(b, device=src.device)[:, None] * k).reshape(-1)  # (B * k,) rows of seqs
-        token = (pick % v).reshape(-1, 1)  # (B * k, 1)
-        seqs = torch.cat([seqs[parent], token], dim=1)  # (B * k, t) -> (B * k, t + 1)
-        ended = ended[parent] | (token[:, 0] == end_id)
-    lengths = (seqs != pad).sum(dim=1).reshape(b, k).float()  # (B, k), <start> and <end> included
-    best = (score / lengths**length_alpha).argmax(dim=-1)  # (B,)
-    return seqs.reshape(b, k, -1)[torch.arange(b, device=src.device), best]  # (B, L)
+    with in_eval_mode(model):
+        pad = model.config.pad_id
+        memory = model.encode(src).repeat_interleave(k, dim=0)  # (B, S, d) -> (B * k, S, d): k copies per sentence
+        src_k = src.repeat_interleave(k, dim=0)  # (B * k, S)
+        seqs = torch.full((b * k, 1), start_id, dtype=torch.long, device=src.device)  # (B * k, 1)
+        score = torch.full((b, k), float("-inf"), device=src.device)  # (B, k)
+        score[:, 0] = 0.0  # at the start all k beams are the same prefix: keep one
+        ended = torch.zeros(b * k, dtype=torch.bool, device=src.device)  # (B * k,): beams that wrote <end>
+        while seqs.shape[1] < max_len and not bool(ended.all()):
+            logp = _log_probs_of_next(model, seqs, memory, src_k)  # (B * k, V)
+            v = logp.shape[-1]
+            logp[:, pad] = float("-inf")  # a running prefix never writes <pad> ...
+            logp[ended] = float("-inf")
+            logp[ended, pad] = 0.0  # ... and a finished one writes nothing else, for free
+            total = (score.reshape(-1, 1) + logp).reshape(b, k * v)  # (B, k * V): every prefix + every next token
+            score, pick = total.topk(k, dim=-1)  # (B, k) best continuations per sentence
+            parent = (pick // v + torch.arange(b, device=src.device)[:, None] * k).reshape(-1)  # (B * k,) rows
+            token = (pick % v).reshape(-1, 1)  # (B * k, 1)
+            seqs = torch.cat([seqs[parent], token], dim=1)  # (B * k, t) -> (B * k, t + 1)
+            ended = ended[parent] | (token[:, 0] == end_id)
+        lengths = (seqs != pad).sum(dim=1).reshape(b, k).float()  # (B, k), <start> and <end> included
+        best = (score / lengths**length_alpha).argmax(dim=-1)  # (B,)
+        return seqs.reshape(b, k, -1)[torch.arange(b, device=src.device), best]  # (B, L)

@@ -29,12 +29,12 @@ class CheckFailed(AssertionError):
     """
 
     def __init__(self, message: str, name: str | None = None) -> None:
-        super().__init__(named(message, name))
+        AssertionError.__init__(self, named(message, name))
         self.message = message
         self.name = name or None
 
     def __reduce__(self) -> tuple:
-        return type(self), (self.message, self.name)
+        return self.__class__, (self.message, self.name)
 
 
 #: The names of mistakes that any exercise can make, shared by the visible and the hidden checks.

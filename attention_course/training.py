@@ -13,7 +13,9 @@ logits``, ``encode`` and ``decode`` (your own, or
   name one; bfloat16 autocast on CUDA (switchable); optional ``torch.compile``;
 - seeds, a loss history, checkpoints that resume exactly where they stopped
   (model, optimizer, schedule, step, batch order and random states);
-- exact-match evaluation with a decoder you pass in (greedy by default).
+- exact-match evaluation with a decoder you pass in; without one, beam search
+  with a beam of 2 (:data:`DEFAULT_BEAM`). Greedy decoding is Chapter 6's
+  exercise: pass your ``greedy_decode`` as ``decoder`` to evaluate with it.
 
 Two named runs, :data:`TINY` (the dates task on a laptop CPU in about two
 minutes) and :data:`GPU` (a 6-layer, ``d_model = 512`` model), are in
@@ -38,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.models import ModelConfig, TorchTransformer, greedy_search, in_eval_mode
+from attention_course.models import ModelConfig, TorchTransformer, beam_search, in_eval_mode
 from attention_course.tasks import Pair, Seq2SeqTask, copy_task, dates_task, reverse_task
 
 Decoder = Callable[[nn.Module, Tensor, int, int, int], Tensor]  # (model, src, start_id, end_id, max_len) -> ids
@@ -272,10 +274,27 @@ class Evaluation:
         return f"Evaluation(exact match {self.accuracy:.2%}: {right} of {len(self.pairs)} in {self.seconds:.1f} s)"
 
 
+#: The beam width :func:`exact_match` and :meth:`Trainer.evaluate` decode with when they are given no decoder. Not 1:
+#: greedy decoding is the ``greedy_decode`` of Chapter 6's exercises, which you pass as ``decoder`` yourself.
+DEFAULT_BEAM = 2
+
+
+def default_decoder(model: nn.Module, src: Tensor, start_id: int, end_id: int, max_len: int) -> Tensor:
+    """The decoder used when none is given: :func:`~attention_course.models.beam_search` with a beam of
+    :data:`DEFAULT_BEAM`; ``src (B, S)`` → ``(B, L)`` ids."""
+    return beam_search(model, src, start_id, end_id, max_len, beam_size=DEFAULT_BEAM)
+
+
 @torch.no_grad()
-def exact_match(model: nn.Module, task: Seq2SeqTask, pairs: list[Pair], decoder: Decoder = greedy_search,
+def exact_match(model: nn.Module, task: Seq2SeqTask, pairs: list[Pair], decoder: Decoder | None = None,
                 batch_size: int = 500, device: torch.device | None = None) -> Evaluation:
-    """Decode every source of ``pairs`` with ``decoder`` and count the outputs that equal the target exactly."""
+    """Decode every source of ``pairs`` with ``decoder`` and count the outputs that equal the target exactly.
+
+    ``decoder(model, src, start_id, end_id, max_len) -> (B, L) ids`` is any decoder with the contract of Chapter
+    6's ``greedy_decode`` (your own, say, or ``functools.partial(beam_search, beam_size=4)``); ``None`` means
+    :func:`default_decoder`, beam search with a beam of :data:`DEFAULT_BEAM`.
+    """
+    decoder = decoder or default_decoder
     device = device or next(model.parameters()).device
     tok, max_len = task.tgt_tokenizer, task.max_tgt_len + 2  # <start> + the longest target + <end>
     tic, predictions = time.perf_counter(), []
@@ -403,8 +422,12 @@ class Trainer:
             print(f"step {self.step:>5}  loss {h.train_loss[-1]:.4f}{valid}  lr {h.lr[-1]:.2e}  "
                   f"{h.seconds + time.perf_counter() - tic:5.1f} s", flush=True)
 
-    def evaluate(self, split: str = "test", decoder: Decoder = greedy_search, limit: int | None = None) -> Evaluation:
-        """Exact match on a split (``"valid"`` or ``"test"``), with ``decoder`` (greedy by default)."""
+    def evaluate(self, split: str = "test", decoder: Decoder | None = None, limit: int | None = None) -> Evaluation:
+        """Exact match on the first ``limit`` pairs (default: all) of a split (``"valid"`` or ``"test"``).
+
+        ``decoder`` as in :func:`exact_match`: ``None`` decodes with beam search of width :data:`DEFAULT_BEAM`;
+        pass your ``greedy_decode`` from the Chapter 6 exercises to evaluate greedily.
+        """
         pairs = self.task.split(split)[:limit]
         return exact_match(self.model, self.task, pairs, decoder, device=self.device)
 

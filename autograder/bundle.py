@@ -15,10 +15,11 @@ credit (the course repository, with ``solutions/`` and ``autograder/``, stays pr
   ``requirements.txt`` (``-e .``: this repository holds no solutions, so installing it is safe; ``pip install
   .`` of its root, or of its GitHub archive, as the notebooks' Colab set-up cell does, gives
   ``attention_course`` alone);
-- ``benchmarks/``: ``attention.py`` and ``training.py``, which Chapter 6 imports and runs from the repository
-  root (they import torch, the standard library and ``attention_course``; their options that time the
-  reference solutions live in the course's ``benchmarks/reference.py``, which stays out, as do the grading
-  benchmarks, which import the grader);
+- no ``benchmarks/``: the measuring code Chapter 6 runs is in the helper package
+  (``attention_course.benchmark_attention`` and ``attention_course.benchmark_training``, each a command line
+  with ``python -m``), so it runs wherever the package is installed, Colab included. The course's
+  ``benchmarks/`` holds their command lines with the options that time the reference solutions
+  (``reference.py``) and the grading benchmarks, which import the grader: all of it stays out;
 - ``binder/requirements.txt``: Binder's environment, the course's ``binder/`` pins and ``-e .``;
 - ``README.md`` and ``.gitignore``.
 
@@ -52,8 +53,6 @@ FORBIDDEN = ("solutions", "autograder", "source", "gradebook.db", "release")
 CONFIG = REPO_ROOT / "_config.yml"
 SETTING = "student_repository"
 KEEP = ".git"  # a clone's history: a rerun replaces everything else
-#: The scripts of ``benchmarks/`` that Chapter 6 runs (its ``bench-setup`` cell imports them from the root).
-BENCHMARKS = ("attention.py", "training.py")
 #: The files whose text may carry a link: the scanned kinds, configuration, and files without a suffix.
 LINK_SUFFIXES = TEXT_SUFFIXES | {".yml", ".yaml", ".toml", ".cfg", ".in", ""}
 
@@ -193,8 +192,7 @@ An open course on the attention mechanism and the transformer, in which you impl
 |---|---|
 | `notebooks/` | one exercise notebook per chapter: fill in the stubs, run the tests beneath them |
 | `book/` | the chapters' notebooks: every worked example, to rerun and change |
-| `attention_course/` | the helper package the notebooks import (visible tests, plots, toy data) |
-| `benchmarks/` | the speed measurements Chapter 6 runs: attention and training, on your CPU or GPU |
+| `attention_course/` | the helper package the notebooks import: tests, plots, data, the trainer, the benchmarks |
 | `docs/` | the course website, built |
 | `binder/` | the environment Binder builds for the launch buttons |
 
@@ -295,9 +293,6 @@ def make_bundle(out: Path, html: Path, student_repository: str | None = None, co
         if images.is_dir() and not (out / page).parent.joinpath("images").exists():
             shutil.copytree(images, (out / page).parent / "images", ignore=ignore)
     shutil.copytree(REPO_ROOT / "attention_course", out / "attention_course", ignore=ignore)
-    (out / "benchmarks").mkdir()
-    for name in BENCHMARKS:
-        shutil.copyfile(REPO_ROOT / "benchmarks" / name, out / "benchmarks" / name)
     owner, name = repos.student.split("/")
     (out / "README.md").write_text(README.format(
         pages=f"https://{owner.lower()}.github.io/{name}/",

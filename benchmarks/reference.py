@@ -1,9 +1,10 @@
 """The course's reference implementations as benchmark variants, in the course repository only.
 
 ``attention.py --impls reference`` times Chapter 1's reference attention (its own softmax) and ``training.py
---model reference`` trains the reference ``Transformer``. Both come from ``solutions/``, so this module stays
-out of the student repository: ``make student-repo`` (``autograder/bundle.py``) carries ``attention.py`` and
-``training.py``, whose functions Chapter 6 runs, and not this file; there those two options do not exist.
+--model reference`` trains the reference ``Transformer``. Both come from ``solutions/``, so nothing of
+``benchmarks/`` goes to the student repository (``make release``, ``autograder/bundle.py``): the measuring code
+that Chapter 6 runs is in the helper package, ``attention_course.benchmark_attention`` and
+``attention_course.benchmark_training``, whose command lines have every option but these two.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Chapter 6 measures on the machine that runs it, and claims nothing it did not measure.
 
-The chapter's benchmark cells call the functions of ``benchmarks/``; on a machine with CUDA they measure the
+The chapter's benchmark cells call the functions of the helper package's ``benchmark_attention`` and
+``benchmark_training`` (so they run wherever ``attention_course`` is installed); on a machine with CUDA they measure the
 ``gpu`` configuration and compute MFU against the GPU's peak, elsewhere the ``tiny`` one. No test machine has a
 GPU, so these tests run the chapter's own measuring code (its cell, parsed from the notebook) on the CPU with
 a tiny batch, and drive the CUDA branch as far as a CPU allows: the peak lookup with a GPU's name, and the MFU
@@ -12,20 +13,18 @@ from __future__ import annotations
 import ast
 import json
 import math
-import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
+from attention_course import benchmark_attention as attention_bench
+from attention_course import benchmark_training as training_bench
 from attention_course.tasks import dates_task
 from attention_course.training import GPU, TINY
 from autograder.release import REPO_ROOT
 
 CHAPTER = REPO_ROOT / "book" / "06_transformer.ipynb"
-sys.path.insert(0, str(REPO_ROOT))  # benchmarks/ is a folder of scripts at the root, as the chapter imports it
-from benchmarks import attention as attention_bench  # noqa: E402
-from benchmarks import training as training_bench  # noqa: E402
 
 
 def _cells() -> dict[str, dict]:
@@ -64,11 +63,17 @@ def test_the_chapter_source_carries_no_outputs() -> None:
     assert not stale, f"code cells with stored outputs: {stale}"
 
 
-def test_the_benchmark_cells_call_the_benchmark_scripts() -> None:
-    """The numbers come from benchmarks/, the same code as the command lines, not from a copy."""
+def test_the_benchmark_cells_call_the_benchmark_modules() -> None:
+    """The numbers come from the helper package's benchmark modules, the same code as their command lines (and
+    as benchmarks/attention.py and training.py, which call them), not from a copy; nothing needs benchmarks/."""
     cells = _cells()
+    setup = "".join(cells["bench-setup"]["source"])
+    assert "from attention_course import benchmark_attention as attention_bench" in setup, setup
+    assert "from attention_course import benchmark_training as training_bench" in setup, setup
     assert "training_bench.run_variant(" in "".join(cells["bench-training-run"]["source"])
-    assert "benchmarks/attention.py" in "".join(cells["bench-attention-run"]["source"])
+    assert '"-m", "attention_course.benchmark_attention"' in "".join(cells["bench-attention-run"]["source"])
+    code = "".join("".join(cell["source"]) for cell in cells.values() if cell["cell_type"] == "code")
+    assert "benchmarks" not in code.replace("attention_course.benchmark", ""), "a code cell still uses benchmarks/"
 
 
 def test_the_peak_is_known_only_for_a_listed_gpu(chapter, monkeypatch) -> None:
@@ -108,7 +113,7 @@ def test_the_gpu_configuration_is_the_papers_base_size() -> None:
 
 
 def test_the_attention_benchmark_runs_on_the_cpu() -> None:
-    """The chapter runs benchmarks/attention.py as a script and reads back its Row records."""
+    """The chapter runs attention_course.benchmark_attention as a script and reads back its Row records."""
     import argparse
 
     args = argparse.Namespace(dtype=None, batch=1, heads=2, d_head=8, causal=False, repeats=2, budget=1.0)

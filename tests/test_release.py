@@ -117,33 +117,42 @@ def test_each_notebook_runs_in_the_bundle_alone(bundle, learner, assignment, tmp
     assert result["failed"] is None and result["ran"] == len(cells), result
 
 
-def test_the_bundle_carries_the_benchmarks_chapter_6_runs_and_nothing_of_the_grader(bundle) -> None:
-    """benchmarks/attention.py and training.py, whose imports are the standard library, torch, Matplotlib and
-    attention_course (benchmarks.reference, the course's reference variants, is optional and stays out); not the
-    grading benchmarks, which import the grader."""
-    carried = sorted(p for p in (bundle / "benchmarks").iterdir() if p.name != "__pycache__")  # (a run's bytecode)
-    assert [p.name for p in carried] == ["attention.py", "training.py"], carried
+#: Chapter 6's measuring code, in the helper package: what its ``bench-setup`` cell imports.
+BENCHMARK_MODULES = ("benchmark_attention.py", "benchmark_training.py")
+
+
+def test_the_bundle_carries_chapter_6s_benchmarks_in_the_helper_package_and_nothing_of_the_grader(bundle) -> None:
+    """No ``benchmarks/`` (the course's holds the reference options and the grading benchmarks): Chapter 6 measures
+    with ``attention_course.benchmark_attention`` and ``benchmark_training``, shipped as they are in the course,
+    whose imports are the standard library, torch, Matplotlib and attention_course."""
+    assert not (bundle / "benchmarks").exists(), sorted(p.name for p in (bundle / "benchmarks").iterdir())
     allowed = set(sys.stdlib_module_names) | {"torch", "matplotlib", "attention_course"}
-    for path in carried:
-        assert path.read_bytes() == (REPO_ROOT / "benchmarks" / path.name).read_bytes(), f"{path.name} differs"
-        modules = {alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Import)
-                   for alias in node.names}
-        modules |= {node.module for node in ast.walk(ast.parse(path.read_text()))
-                    if isinstance(node, ast.ImportFrom) and node.level == 0}
-        others = {m for m in modules if m.split(".")[0] not in allowed} - {"benchmarks.reference"}
-        assert not others, f"{path.name} imports {others}"
+    for name in BENCHMARK_MODULES:
+        path = bundle / "attention_course" / name
+        assert path.read_bytes() == (REPO_ROOT / "attention_course" / name).read_bytes(), f"{name} differs"
+        tree = ast.parse(path.read_text())
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        modules |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
+        others = {m for m in modules if m.split(".")[0] not in allowed}
+        assert not others, f"{name} imports {others}"
 
 
-#: Chapter 6's benchmarks, as small as they go: one call of each module's measuring function, and the attention
-#: script run from the repository's root as the chapter runs it.
+#: Chapter 6's benchmarks, as small as they go, after its set-up, imports and `bench-setup` cells: one call of each
+#: module's measuring function, and the attention module run as a script, as the chapter's `bench-attention-run`
+#: runs it, in a folder that holds the notebook and nothing else, with nothing importable but attention_course.
 BENCH_PROBE = """
+import importlib.util, os
+import attention_course
+assert attention_course.__file__.startswith(sys.prefix), (attention_course.__file__, sys.prefix)  # site-packages
+assert [n for n in os.listdir(".") if not n.startswith(".")] == ["06_transformer.ipynb"], os.listdir(".")
+assert [n for n in ("benchmarks", "solutions", "autograder") if importlib.util.find_spec(n) is not None] == []
 probe = argparse.Namespace(dtype=None, batch=1, heads=2, d_head=8, causal=False, repeats=1, budget=0.1)
 row = attention_bench.measure(torch.device("cpu"), 16, "manual", "forward", probe, False)
 assert row.ms is not None and row.ms > 0, row
 with tempfile.TemporaryDirectory() as out:
-    run = subprocess.run([sys.executable, "benchmarks/attention.py", "--device", "cpu", "--lengths", "16", "--heads",
-                          "2", "--d-head", "8", "--repeats", "1", "--modes", "forward", "--out", out], cwd=REPO,
-                         capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-m", "attention_course.benchmark_attention", "--device", "cpu",
+                          "--lengths", "16", "--heads", "2", "--d-head", "8", "--repeats", "1", "--modes", "forward",
+                          "--out", out], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]
     assert len(list(csv.DictReader(open(Path(out) / "attention.csv")))) == 2  # manual and fused, forward
 args = argparse.Namespace(model="torch", steps=1, warmup=0, data="dates", src_len=0, tgt_len=0, peak_tflops=None,
@@ -151,18 +160,34 @@ args = argparse.Namespace(model="torch", steps=1, warmup=0, data="dates", src_le
 result = training_bench.run_variant(args, replace(TINY, batch_size=2), dates_task(), "fp32", True, False,
                                     torch.device("cpu"))
 assert result.note == "" and result.tokens_per_s > 0, result
-assert "reference" not in attention_bench.IMPLS and training_bench.MODELS == ("torch",)
-assert not [m for m in sys.modules if m.split(".")[0] in ("solutions", "autograder")]
+assert sorted(attention_bench.IMPLS) == ["fused", "manual"] and list(training_bench.MODELS) == ["torch"]
+assert not [m for m in sys.modules if m.split(".")[0] in ("benchmarks", "solutions", "autograder")]
 """
 
 
-def test_chapter_6_benchmarks_run_in_the_bundle(bundle, learner, tmp_path) -> None:
-    """Chapter 6 launched from the student repository: its set-up, imports and `bench-setup` cells (which import
-    benchmarks/ from the repository's root), then the probe above, in the learner's environment, in book/."""
-    cells = {cell.get("id"): cell for cell in nbformat.read(bundle / "book" / "06_transformer.ipynb", 4).cells}
+def test_chapter_6_benchmarks_run_with_nothing_but_the_helper_package(bundle, tmp_path) -> None:
+    """Chapter 6 opened alone, as on Colab: a fresh environment where the bundle's helper package is installed (not
+    in editable mode: nothing of the bundle's folder is on the path), the notebook alone in a folder; its set-up,
+    imports and `bench-setup` cells, then the probe above, run there."""
+    python = fresh_env(tmp_path / "venv")
+    package = tmp_path / "package"  # pip builds in the source tree: build from a copy, not from the bundle
+    shutil.copytree(bundle / "attention_course", package / "attention_course",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(bundle / "pyproject.toml", package / "pyproject.toml")
+    run = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
+                          "-q", str(package)], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    shutil.rmtree(package)
+    alone = tmp_path / "colab"
+    alone.mkdir()
+    shutil.copyfile(bundle / "book" / "06_transformer.ipynb", alone / "06_transformer.ipynb")
+    cells = {cell.get("id"): cell for cell in nbformat.read(alone / "06_transformer.ipynb", 4).cells}
     run = [(i, source) for i, source in enumerate([cells["colab-setup"].source, cells["imports"].source,
                                                    cells["bench-setup"].source, BENCH_PROBE])]
-    result = run_cells(learner, run, bundle / "book", tmp_path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = run_cells(python, run, alone, scratch)
     assert result["failed"] is None and result["ran"] == len(run), result
 
 

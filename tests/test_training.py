@@ -14,7 +14,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_course.models import ModelConfig, TorchTransformer, beam_search, greedy_search
+import attention_course.models
+import attention_course.training
+from attention_course.models import ModelConfig, TorchTransformer, beam_search
 from attention_course.tasks import (
     DATE_FORMATS,
     CharTokenizer,
@@ -27,6 +29,7 @@ from attention_course.tasks import (
 )
 from attention_course.training import (
     CONFIGS,
+    DEFAULT_BEAM,
     TINY,
     BatchOrder,
     Trainer,
@@ -401,14 +404,30 @@ def _check_generated(ids, start_id, end_id, pad_id, max_len):
             assert all(t == pad_id for t in row[row.index(end_id) + 1:]), f"tokens after <end>: {row}"
 
 
-def test_greedy_search_matches_the_reference_greedy_decode():
-    from solutions.transformer import greedy_decode
-
+@pytest.mark.parametrize("beam_size", [1, 0, -2])
+def test_beam_search_refuses_a_beam_of_one_which_is_the_greedy_decode_exercise(beam_size):
+    """A beam of 1 is greedy decoding, Chapter 6's graded `greedy_decode`: the helper package must not give it."""
     model = _toy_model(seed=3)
     src, _ = _toy_batch(seed=4)
-    mine = greedy_search(model, src, 1, 2, max_len=9)
-    _check_generated(mine, 1, 2, 0, 9)
-    assert torch.equal(mine, greedy_decode(model, src, 1, 2, max_len=9))
+    with pytest.raises(ValueError, match=rf"beam_size={beam_size}\b") as refused:
+        beam_search(model, src, 1, 2, max_len=9, beam_size=beam_size)
+    message = str(refused.value)
+    assert "greedy decoding" in message and "greedy_decode" in message and "Chapter 6" in message, message
+    assert not hasattr(attention_course.models, "greedy_search"), "the helper package ships greedy decoding"
+
+
+def test_without_a_decoder_the_trainer_decodes_with_a_beam_of_2(copying, monkeypatch):
+    widths = []
+
+    def spy(model, src, start_id, end_id, max_len, beam_size=4, length_alpha=0.0):
+        widths.append(beam_size)
+        return beam_search(model, src, start_id, end_id, max_len, beam_size, length_alpha)
+
+    monkeypatch.setattr(attention_course.training, "beam_search", spy)
+    result = exact_match(small_model(copying), copying, copying.test[:6], batch_size=4)
+    assert len(result.predictions) == 6 and widths == [DEFAULT_BEAM, DEFAULT_BEAM] and DEFAULT_BEAM == 2, widths
+    trainer = Trainer(small_model(copying), copying, replace(SMALL, steps=0))
+    assert len(trainer.evaluate("test", limit=3).predictions) == 3 and widths[-1] == 2
 
 
 def test_decoders_run_without_dropout_and_restore_the_mode():
@@ -416,7 +435,7 @@ def test_decoders_run_without_dropout_and_restore_the_mode():
     cfg = ModelConfig(src_vocab=12, tgt_vocab=12, d_model=32, n_heads=4, n_layers=1, d_ff=64, dropout=0.5, max_len=16)
     model = TorchTransformer(cfg).train()
     src, tgt_in = _toy_batch()
-    for decode in (greedy_search, functools.partial(beam_search, beam_size=3)):
+    for decode in (functools.partial(beam_search, beam_size=2), functools.partial(beam_search, beam_size=3)):
         first, second = decode(model, src, 1, 2, 9), decode(model, src, 1, 2, 9)
         assert torch.equal(first, second), f"{decode} is random: dropout was on while decoding"
         assert model.training, "decoding must leave the model in training mode"
@@ -430,13 +449,13 @@ def test_beam_search():
 
     model = _toy_model(seed=3)
     src, _ = _toy_batch(seed=4)
-    one = beam_search(model, src, 1, 2, max_len=9, beam_size=1)
-    assert torch.equal(one, greedy_search(model, src, 1, 2, max_len=9)), "a beam of 1 is greedy search"
-    four = beam_search(model, src, 1, 2, max_len=9, beam_size=4)
-    _check_generated(four, 1, 2, 0, 9)
-    reference = reference_beam(model, src, 1, 2, max_len=9, beam_size=4, length_penalty=0.0)
-    width = max(four.shape[1], reference.shape[1])
-    assert torch.equal(F.pad(four, (0, width - four.shape[1])), F.pad(reference, (0, width - reference.shape[1])))
+    for k in (2, 4):
+        mine = beam_search(model, src, 1, 2, max_len=9, beam_size=k)
+        _check_generated(mine, 1, 2, 0, 9)
+        reference = reference_beam(model, src, 1, 2, max_len=9, beam_size=k, length_penalty=0.0)
+        width = max(mine.shape[1], reference.shape[1])
+        padded = [F.pad(ids, (0, width - ids.shape[1])) for ids in (mine, reference)]
+        assert torch.equal(*padded), f"beam of {k}: {padded}"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -486,3 +505,8 @@ def test_trainer_trains_the_reference_transformer_and_evaluates_with_its_decoder
     assert untrained.accuracy <= 0.05, f"an untrained model copied {untrained.accuracy:.0%} of the strings"
     assert result.accuracy >= 0.7, (f"after {cfg.steps} steps only {result.accuracy:.0%} of the strings are copied "
                                     f"exactly, e.g. {result.mistakes[:3]}")
+    beam = trainer.evaluate("test", limit=100)  # the default decoder, a beam of 2, on the model that learned to copy
+    agree = sum(b == g for b, g in zip(beam.predictions, result.predictions, strict=True))
+    assert agree >= 90 and beam.accuracy >= result.accuracy - 0.05, (
+        f"a beam of 2 and the reference greedy_decode agree on only {agree} of 100 strings ({beam.accuracy:.0%} "
+        f"against {result.accuracy:.0%} right)")
