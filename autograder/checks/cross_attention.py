@@ -20,8 +20,10 @@ import torch
 from torch import Tensor
 
 from autograder.checks.core import (
+    Check,
     Observations,
     attempt,
+    declare,
     load_weights,
     observe_contract,
     probe_answers,
@@ -57,37 +59,28 @@ def _call(module: Any, x: Tensor, memory: Tensor, mask: Tensor | None) -> Any:
     return module(x, memory) if mask is None else module(x, memory, mask)
 
 
-_SHAPE_CASES = [  # (d_model, d_k, d_v, x (B, T_q, d_model), memory (B, T_k, d_model), seed): T_q != T_k
-    (16, 8, 6, seeded(2, 5, 16, seed=301), seeded(2, 7, 16, seed=302), 303),
-    (8, 4, 4, seeded(2, 3, 8, seed=304), seeded(2, 9, 8, seed=305), 306),
-    (8, 4, 8, seeded(1, 6, 8, seed=307), seeded(1, 2, 8, seed=308), 309),
-]
-_FORWARD_CASES = [  # (..., mask)
-    *((*case, None) for case in _SHAPE_CASES),
+def _run_cross(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int,
+               mask: Tensor | None) -> Any:
+    return _call(_cross_module(student, d_model, d_k, d_v, seed), x, memory, mask)
+
+
+# (d_model, d_k, d_v, x (B, T_q, d_model), memory (B, T_k, d_model), seed, mask): T_q != T_k in the first three
+CROSS_FORWARD = declare(Check("CrossAttention_forward", [
+    (16, 8, 6, seeded(2, 5, 16, seed=301), seeded(2, 7, 16, seed=302), 303, None),
+    (8, 4, 4, seeded(2, 3, 8, seed=304), seeded(2, 9, 8, seed=305), 306, None),
+    (8, 4, 8, seeded(1, 6, 8, seed=307), seeded(1, 2, 8, seed=308), 309, None),
     (8, 4, 4, seeded(2, 4, 8, seed=310), seeded(2, 4, 8, seed=311), 312, None),  # T_q == T_k
-]
-_MASK_CASES = [
-    (16, 8, 6, seeded(3, 5, 16, seed=313), seeded(3, 7, 16, seed=314), 315, _source_mask([7, 4, 2], 7)),
-    (8, 4, 4, seeded(2, 6, 8, seed=316), seeded(2, 6, 8, seed=317), 318, _source_mask([3, 6], 6)),  # T_q == T_k
-]
+], call=_run_cross, key="results"))
+CROSS_SHAPES = declare(Check("CrossAttention_shapes", CROSS_FORWARD.cases[:3], call=_run_cross, key="results"))
 _FULL_MASK = seeded_mask(2, 4, 6, seed=319)
 _FULL_MASK[..., 0] = True
-_MASK_CASES += [
+CROSS_MASK = declare(Check("CrossAttention_memory_mask", [
+    (16, 8, 6, seeded(3, 5, 16, seed=313), seeded(3, 7, 16, seed=314), 315, _source_mask([7, 4, 2], 7)),
+    (8, 4, 4, seeded(2, 6, 8, seed=316), seeded(2, 6, 8, seed=317), 318, _source_mask([3, 6], 6)),  # T_q == T_k
     (8, 4, 4, seeded(2, 4, 8, seed=320), seeded(2, 6, 8, seed=321), 322, _FULL_MASK),
     # the second source sentence is all padding: its target positions get all-zero weights and output
     (8, 4, 4, seeded(2, 3, 8, seed=323), seeded(2, 5, 8, seed=324), 325, _source_mask([5, 0], 5)),
-]
-
-
-def _probe_cross(cases: list[tuple]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        def run(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int, mask: Tensor | None) -> Any:
-            module = _cross_module(student, d_model, d_k, d_v, seed)
-            return _call(module, x.clone(), memory.clone(), None if mask is None else mask.clone())
-
-        return {"results": [attempt(lambda case=case: run(*case)) for case in cases]}
-
-    return probe
+], call=_run_cross, key="results"))
 
 
 def _probe_cross_errors(student: Any) -> Observations:
@@ -112,9 +105,6 @@ def _cross_contract_call(cls: Any) -> Callable[..., Any]:
 
 
 register("CrossAttention_projections", probe_projections)
-register("CrossAttention_shapes", _probe_cross(_FORWARD_CASES[:3]))
-register("CrossAttention_forward", _probe_cross(_FORWARD_CASES))
-register("CrossAttention_memory_mask", _probe_cross(_MASK_CASES))
 register("CrossAttention_gradients",
          lambda student: observe_contract(_cross_contract_call(student), _CROSS_CONTRACT, seed=334))
 register("CrossAttention_errors", _probe_cross_errors)
@@ -122,16 +112,12 @@ register("CrossAttention_errors", _probe_cross_errors)
 
 # ================================================================ shift_right
 
-_SHIFT_CASES = [
+SHIFT_VALUES = declare(Check("shift_right_values", [  # (tgt, start_id)
     (_tokens([[3, 4, 5, 6]]), 1),  # I love easy courses
     (_tokens([[3, 4, 5, 0], [6, 5, 0, 0]]), 1),
     (_random_tokens(3, 6, seed=341), 2),
     (_tokens([[7], [8]]), 1),
-]
-
-
-def _probe_shift(student: Any) -> Observations:
-    return {"outs": [attempt(lambda tgt=tgt, s=s: student(tgt.clone(), s)) for tgt, s in _SHIFT_CASES]}
+]))
 
 
 def _probe_token_contract(call: Callable[[Tensor], Any], tgt: Tensor) -> Observations:
@@ -142,7 +128,6 @@ def _probe_token_contract(call: Callable[[Tensor], Any], tgt: Tensor) -> Observa
 
 _SHIFT_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int32)
 
-register("shift_right_values", _probe_shift)
 register("shift_right_contract",
          lambda student: _probe_token_contract(lambda tgt: student(tgt, 1), _SHIFT_CONTRACT))
 register("shift_right_errors", lambda student: {"raised": attempt(lambda: student(torch.arange(7), 1))})
@@ -150,30 +135,19 @@ register("shift_right_errors", lambda student: {"raised": attempt(lambda: studen
 
 # ================================================================ teacher_forcing_pair
 
-_TF_EXAMPLE_CASES = [  # (tgt, start_id, end_id, pad_id)
+TF_EXAMPLE = declare(Check("teacher_forcing_pair_example", [  # (tgt, start_id, end_id, pad_id)
     (_tokens([[3, 4, 5, 6]]), 1, 2, 0),  # I love easy courses
     (_tokens([[3, 4, 5, 6], [6, 5, 4, 3]]), 1, 2, 0),
     (_tokens([[10, 11, 12]]), 20, 21, 22),
-]
-_TF_PADDING_CASES = [
+], key="results"))
+TF_PADDING = declare(Check("teacher_forcing_pair_padding", [
     (_tokens([[3, 4, 5, 6], [3, 4, 0, 0], [5, 0, 0, 0]]), 1, 2, 0),
     (_tokens([[4, 0, 5, 9, 9], [4, 9, 9, 9, 9], [1, 2, 3, 4, 5]]), 7, 8, 9),  # pad_id 9; 0 is a real token
     (_tokens([[3, 4, 0], [0, 0, 0], [5, 6, 7]]), 1, 2, 0),  # an all-pad row
-]
-
-
-def _probe_tf(cases: list[tuple]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        return {"results": [attempt(lambda tgt=tgt, s=s, e=e, p=p: student(tgt.clone(), s, e, p))
-                            for tgt, s, e, p in cases]}
-
-    return probe
-
+], key="results"))
 
 _TF_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int32)
 
-register("teacher_forcing_pair_example", _probe_tf(_TF_EXAMPLE_CASES))
-register("teacher_forcing_pair_padding", _probe_tf(_TF_PADDING_CASES))
 register("teacher_forcing_pair_contract",
          lambda student: _probe_token_contract(lambda tgt: student(tgt, 1, 2, 0), _TF_CONTRACT))
 register("teacher_forcing_pair_errors", lambda student: {"raised": attempt(lambda: student(torch.arange(7), 1, 2, 0))})
@@ -189,15 +163,11 @@ def _ce_case(b: int, t: int, v: int, lengths: list[int], p: int, seed: int) -> t
     return logits, targets.masked_fill(padding, p), p
 
 
-_CE_CASES = [
+CE_VALUES = declare(Check("sequence_cross_entropy_values", [  # (logits, targets, pad_id)
     _ce_case(2, 5, 7, [5, 5], 0, seed=351),  # no padding at all
     _ce_case(3, 6, 11, [6, 4, 2], 0, seed=353),
     _ce_case(2, 5, 9, [5, 2], 3, seed=355),  # pad_id 3; 0 is a real target
-]
-
-
-def _probe_ce(student: Any) -> Observations:
-    return {"outs": [attempt(lambda z=z, y=y, p=p: student(z.clone(), y.clone(), p)) for z, y, p in _CE_CASES]}
+]))
 
 
 def _changed_at_pads(logits: Tensor, targets: Tensor, p: int, seed: int) -> Tensor:
@@ -206,7 +176,7 @@ def _changed_at_pads(logits: Tensor, targets: Tensor, p: int, seed: int) -> Tens
 
 def _probe_ce_pads(student: Any) -> Observations:
     results = []
-    for i, (z, y, p) in enumerate(_CE_CASES[1:]):
+    for i, (z, y, p) in enumerate(CE_VALUES.cases[1:]):
         changed = _changed_at_pads(z, y, p, seed=360 + i)
         results.append((attempt(lambda z=z, y=y, p=p: student(z.clone(), y.clone(), p)),
                         attempt(lambda z=changed, y=y, p=p: student(z.clone(), y.clone(), p))))
@@ -230,7 +200,6 @@ def _probe_ce_errors(student: Any) -> Observations:
     return {"raised": attempt(lambda: student(seeded(2, 5, 7, seed=372), torch.zeros(2, 4, dtype=torch.long), 0))}
 
 
-register("sequence_cross_entropy_values", _probe_ce)
 register("sequence_cross_entropy_ignores_pads", _probe_ce_pads)
 register("sequence_cross_entropy_gradients",
          lambda student: observe_contract(_ce_contract_call(student), _CE_CONTRACT, seed=373))

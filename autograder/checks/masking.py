@@ -8,7 +8,6 @@ returns plain observations.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -16,10 +15,12 @@ import torch
 from torch import Tensor
 
 from autograder.checks.core import (
+    Check,
     Observations,
     Raised,
     attempt,
     attempt_facts,
+    declare,
     load_weights,
     plain,
     probe_answers,
@@ -37,17 +38,9 @@ def _tril(t_q: int, t_k: int, diagonal: int = 0) -> Tensor:
     return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=diagonal)
 
 
-# The first case judged names the mistake: the cases that tell mistakes apart come first.
-_SQUARE = [(4, None), (7, None), (5, 5), (1, None)]
-_OFFSET = [(3, 6), (2, 7), (4, 9), (1, 5)]
-
-
-def _probe_causal(cases: list[tuple[int, int | None]]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        return {"outs": [attempt(lambda t_q=t_q, t_k=t_k: student(t_q) if t_k is None else student(t_q, t_k))
-                         for t_q, t_k in cases]}
-
-    return probe
+# (t_q,) or (t_q, t_k). The first case judged names the mistake: the cases that tell mistakes apart come first.
+CAUSAL_SQUARE = declare(Check("causal_mask_square", [(4,), (7,), (5, 5), (1,)]))
+CAUSAL_OFFSET = declare(Check("causal_mask_offset", [(3, 6), (2, 7), (4, 9), (1, 5)]))
 
 
 def _probe_causal_dtype_device(student: Any) -> Observations:
@@ -64,8 +57,6 @@ def _probe_causal_errors(student: Any) -> Observations:
     return {"more_queries": attempt(lambda: student(5, 3)), "one_key": attempt(lambda: student(2, 1))}
 
 
-register("causal_mask_square", _probe_causal(_SQUARE))
-register("causal_mask_offset", _probe_causal(_OFFSET))
 register("causal_mask_dtype_device", _probe_causal_dtype_device)
 register("causal_mask_errors", _probe_causal_errors)
 
@@ -80,16 +71,12 @@ def _tokens(*shape: int, seed: int, pad_id: int, p_pad: float = 0.35) -> Tensor:
     return torch.where(torch.rand(shape, generator=g) < p_pad, torch.full(shape, pad_id), ids)
 
 
-_PADDING_CASES = [  # (tokens, pad_id)
+PADDING_VALUES = declare(Check("padding_mask_values", [  # (tokens, pad_id)
     (torch.tensor([[1, 2, 0, 0, 0]]), 0),
     (torch.tensor([[4, 7, 1, 0, 0, 0], [0, 0, 3, 5, 9, 2], [8, 0, 6, 0, 2, 0]]), 0),
     (torch.tensor([[5, 0, 7, 3, 3], [3, 3, 1, 0, 2]]), 3),  # 0 is a real token here
     (_tokens(4, 7, seed=111, pad_id=9), 9),
-]
-
-
-def _probe_padding(student: Any) -> Observations:
-    return {"outs": [attempt(lambda t=t, p=p: student(t.clone(), p)) for t, p in _PADDING_CASES]}
+]))
 
 
 def _probe_padding_shape(student: Any) -> Observations:
@@ -107,7 +94,6 @@ def _probe_padding_errors(student: Any) -> Observations:
     return {"raised": [attempt(lambda t=t: student(t.clone(), 0)) for t in _PADDING_ERRORS]}
 
 
-register("padding_mask_values", _probe_padding)
 register("padding_mask_shape", _probe_padding_shape)
 register("padding_mask_errors", _probe_padding_errors)
 
@@ -134,19 +120,14 @@ def _probe_combine(student: Any) -> Observations:
 
 _M1 = seeded_mask(3, 4, seed=131)
 _M2 = seeded_mask(2, 1, 4, seed=132)
-_NONE_CASES = [  # (label, arguments)
-    ("combine_masks(None, None)", (None, None)),
-    ("combine_masks(None)", (None,)),
-    ("combine_masks()", ()),
-    ("combine_masks(m, None) with m (3, 4)", (_M1, None)),
-    ("combine_masks(None, m) with m (3, 4)", (None, _M1)),
-    ("combine_masks(m1, None, m2) with m1 (3, 4) and m2 (2, 1, 4)", (_M1, None, _M2)),
-]
-
-
-def _probe_combine_none(student: Any) -> Observations:
-    return {"outs": [attempt(lambda args=args: student(*(None if a is None else a.clone() for a in args)))
-                     for _, args in _NONE_CASES]}
+COMBINE_NONE = declare(Check("combine_masks_none", [  # (what the call is called in messages, *masks)
+    ("combine_masks(None, None)", None, None),
+    ("combine_masks(None)", None),
+    ("combine_masks()",),
+    ("combine_masks(m, None) with m (3, 4)", _M1, None),
+    ("combine_masks(None, m) with m (3, 4)", None, _M1),
+    ("combine_masks(m1, None, m2) with m1 (3, 4) and m2 (2, 1, 4)", _M1, None, _M2),
+], call=lambda student, _what, *masks: student(*masks)))
 
 
 def _probe_combine_errors(student: Any) -> Observations:
@@ -158,26 +139,22 @@ def _probe_combine_errors(student: Any) -> Observations:
 
 
 register("combine_masks_and", _probe_combine)
-register("combine_masks_none", _probe_combine_none)
 register("combine_masks_errors", _probe_combine_errors)
 
 
 # ================================================================ additive_mask
 
-_ADDITIVE_CASES = [torch.ones(4, 4, dtype=torch.bool).tril(), seeded_mask(2, 1, 5, seed=141),
-                   seeded_mask(3, 4, 6, seed=142)]
-_ADDITIVE_CASES[2][1, 2] = False  # a fully masked row
-
-
-def _probe_additive(student: Any) -> Observations:
-    return {"outs": [attempt(lambda m=m: student(m.clone())) for m in _ADDITIVE_CASES]}
+_WITH_DEAD_ROW = seeded_mask(3, 4, 6, seed=142)
+_WITH_DEAD_ROW[1, 2] = False  # a fully masked row
+ADDITIVE_VALUES = declare(Check("additive_mask_values", [  # (mask,)
+    (torch.ones(4, 4, dtype=torch.bool).tril(),), (seeded_mask(2, 1, 5, seed=141),), (_WITH_DEAD_ROW,)]))
 
 
 _DTYPES = (torch.float64, torch.float16, torch.bfloat16)
 
 
 def _probe_additive_dtype_device(student: Any) -> Observations:
-    mask = _ADDITIVE_CASES[1]
+    (mask,) = ADDITIVE_VALUES.cases[1]
     return {
         "default": attempt_facts(lambda: student(mask.clone())),
         "dtypes": [attempt(lambda d=d: student(mask.clone(), dtype=d)) for d in _DTYPES],
@@ -193,7 +170,6 @@ def _probe_additive_errors(student: Any) -> Observations:
     }
 
 
-register("additive_mask_values", _probe_additive)
 register("additive_mask_dtype_device", _probe_additive_dtype_device)
 register("additive_mask_errors", _probe_additive_errors)
 
@@ -204,10 +180,6 @@ _TOKENS_RIGHT_LEFT = torch.tensor([[4, 7, 1, 3, 0, 0], [0, 0, 0, 5, 9, 2], [8, 0
 _TOKENS_LEFT = torch.tensor([[0, 0, 3, 4, 5], [6, 7, 8, 0, 0]])
 _TOKENS_INVARIANCE = torch.tensor([[0, 0, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 0, 0], [0, 7, 8, 0, 9, 1, 0]])
 
-_FORWARD_CASES = [  # (d_model, d_k, d_v, x, tokens or None, seed)
-    (16, 8, 6, seeded(2, 5, 16, seed=151), None, 152),
-    (8, 4, 8, seeded(3, 6, 8, seed=153), _TOKENS_RIGHT_LEFT, 154),
-]
 _GRAD_CASE = (8, 4, 4, seeded(2, 5, 8, seed=155, dtype=torch.float64), _TOKENS_LEFT, 156)
 
 
@@ -228,6 +200,13 @@ def _call(module: Any, x: Tensor, tokens: Tensor | None) -> Any:
 def _run_module(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
                 seed: int) -> Any:
     return _call(_module(student, d_model, d_k, d_v, seed), x, tokens)
+
+
+#: the values of the forward pass; its probe, _probe_forward, also records a float64 backward pass
+FORWARD_VALUES = Check("CausalSelfAttention_forward", [  # (d_model, d_k, d_v, x, tokens or None, seed)
+    (16, 8, 6, seeded(2, 5, 16, seed=151), None, 152),
+    (8, 4, 8, seeded(3, 6, 8, seed=153), _TOKENS_RIGHT_LEFT, 154),
+], call=_run_module, key="results")
 
 
 def _pair(student: Any, sizes: tuple[int, int, int], seed: int, x: Tensor, changed: Tensor,
@@ -254,8 +233,7 @@ def _probe_forward(student: Any) -> Observations:
         grad = grad_run()
     except Exception as err:
         grad = Raised(type(err).__name__, str(err))
-    return {"results": [attempt(lambda case=case: _run_module(student, *case)) for case in _FORWARD_CASES],
-            "grad": grad}
+    return {**FORWARD_VALUES.probe(student), "grad": grad}
 
 
 _LEAK_CASES = [  # (d_model, d_k, d_v, x, tokens or None, seed, first changed position)
@@ -293,7 +271,7 @@ def _probe_invariance(student: Any) -> Observations:
 
 
 register("CausalSelfAttention_projections", probe_projections)
-register("CausalSelfAttention_forward", _probe_forward)
+register(FORWARD_VALUES.id, _probe_forward)
 register("CausalSelfAttention_no_future_leak", _probe_leak)
 register("CausalSelfAttention_padding_invariance", _probe_invariance)
 

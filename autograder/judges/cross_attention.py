@@ -9,6 +9,7 @@ that a failing learner is told which mistake it looks like.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -16,27 +17,29 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE, named
-from autograder.checks.core import Mistake, Observations, Raised, projection_weights
+from autograder.checks.core import Check, Mistake, Observations, Raised, projection_weights
 from autograder.checks.cross_attention import (
-    _CE_CASES,
     _CE_CONTRACT,
     _CROSS_CONTRACT,
     _CROSS_SHAPE_CASES,
-    _FORWARD_CASES,
     _LOSS_POSITIONS_CASES,
-    _MASK_CASES,
-    _SHAPE_CASES,
-    _SHIFT_CASES,
     _SHIFT_CONTRACT,
     _TF_CONTRACT,
-    _TF_EXAMPLE_CASES,
-    _TF_PADDING_CASES,
+    CE_VALUES,
+    CROSS_FORWARD,
+    CROSS_MASK,
+    CROSS_SHAPES,
+    SHIFT_VALUES,
+    TF_EXAMPLE,
+    TF_PADDING,
     _ce_contract_call,
     _cross_contract_call,
 )
 from autograder.judges.core import (
+    Compare,
     Suspect,
     contract_check,
+    judge,
     judge_answers,
     judge_cases,
     judge_projections,
@@ -50,12 +53,14 @@ from solutions.self_attention import scaled_dot_product_attention as attend
 
 # ================================================================ CrossAttention
 
-def _describe(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, mask: Tensor | None) -> str:
+def _describe(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int, mask: Tensor | None) -> str:
     what = f"CrossAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}, memory {tuple(memory.shape)}"
     return what + ("" if mask is None else f", memory_mask {tuple(mask.shape)}")
 
 
-def _check_pair(result: Any, what: str) -> tuple[Any, Any]:
+def _check_pair(result: Any, what: str, *case: Any) -> tuple[Any, Any]:
+    """``result`` as a pair (out, weights), or the Mistake that says why it is not one (also the guard of the
+    forward values, whose case it ignores)."""
     if isinstance(result, Raised):
         raise Mistake(f"{what} {result.describe()}")
     if not (isinstance(result, tuple) and len(result) == 2):
@@ -64,8 +69,9 @@ def _check_pair(result: Any, what: str) -> tuple[Any, Any]:
 
 
 def _judge_cross_shapes(obs: Observations) -> None:
-    for (d_model, d_k, d_v, x, memory, _), result in zip(_SHAPE_CASES, obs["results"], strict=True):
-        what = _describe(d_model, d_k, d_v, x, memory, None)
+    for case, result in zip(CROSS_SHAPES.cases, obs[CROSS_SHAPES.key], strict=True):
+        d_model, d_k, d_v, x, memory, _, _ = case
+        what = _describe(*case)
         out, weights = _check_pair(result, what)
         (b, t_q, _), t_k = x.shape, memory.shape[1]
         if not isinstance(out, Tensor) or not isinstance(weights, Tensor):
@@ -123,28 +129,25 @@ def _cross_mistakes(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor,
     return mistakes
 
 
-def _judge_cross_values(cases: list[tuple]) -> Callable[[Observations], None]:
-    def judge(obs: Observations) -> None:
-        judge_cases((result, lambda result, case=case: _judge_one_cross(result, *case))
-                    for case, result in zip(cases, obs["results"], strict=True))
-
-    return judge
-
-
-def _judge_one_cross(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int,
-                     mask: Tensor | None) -> None:
-    what = _describe(d_model, d_k, d_v, x, memory, mask)
-    got = _check_pair(result, what)
-    mistakes = _cross_mistakes(d_model, d_k, d_v, x, memory, seed, mask)
+def _cross_reference(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int,
+                     mask: Tensor | None) -> tuple[Tensor, Tensor]:
     w = projection_weights(d_model, d_k, d_v, seed)
-    expected = attend(x @ w["w_q"].T, memory @ w["w_k"].T, memory @ w["w_v"].T, mask)
-    hint = "queries w_q(x), keys w_k(memory), values w_v(memory): x asks, memory answers" + (
+    return attend(x @ w["w_q"].T, memory @ w["w_k"].T, memory @ w["w_v"].T, mask)
+
+
+def _cross_hint(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, seed: int, mask: Tensor | None) -> str:
+    return "queries w_q(x), keys w_k(memory), values w_v(memory): x asks, memory answers" + (
         "; memory_mask True = may attend" if mask is not None else "") + (
         "; a target position whose source is all padding gets all-zero weights and output, never NaN"
         if mask is not None and not mask.any(dim=-1).all() else "")
-    for part, name in ((1, "weights"), (0, "output")):
-        suspects = [mistake.part(part) for mistake in mistakes]
-        judge_tensor(got[part], expected[part], f"the {name} of {what}", suspects, hint=hint)
+
+
+@dataclass(frozen=True)
+class _CompareWithCaseHint(Compare):
+    """:class:`Compare` whose ``hint`` is a function of the case: what the memory mask adds to it."""
+
+    def judge_one(self, out: Any, *case: Any) -> None:
+        Compare.judge_one(replace(self, hint=self.hint(*case)), out, *case)
 
 
 def _judge_cross_errors(obs: Observations) -> None:
@@ -156,8 +159,11 @@ def _judge_cross_errors(obs: Observations) -> None:
 
 register("CrossAttention_projections", lambda obs: judge_projections(obs, "CrossAttention"))
 register("CrossAttention_shapes", _judge_cross_shapes)
-register("CrossAttention_forward", _judge_cross_values(_FORWARD_CASES))
-register("CrossAttention_memory_mask", _judge_cross_values(_MASK_CASES))
+_WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
+judge(_CompareWithCaseHint(CROSS_FORWARD, _cross_reference, _describe, _cross_mistakes, _cross_hint,
+                           parts=_WEIGHTS_THEN_OUTPUT, guard=_check_pair))
+judge(_CompareWithCaseHint(CROSS_MASK, _cross_reference, _describe, _cross_mistakes, _cross_hint,
+                           parts=_WEIGHTS_THEN_OUTPUT, guard=_check_pair))
 register("CrossAttention_gradients",
          contract_check(_cross_contract_call(ref.CrossAttention), _CROSS_CONTRACT, 334, "CrossAttention"))
 register("CrossAttention_errors", _judge_cross_errors)
@@ -188,13 +194,8 @@ def _shift_suspects(tgt: Tensor, start_id: int) -> list[Suspect]:
     ]
 
 
-def _judge_shift(obs: Observations) -> None:
-    judge_cases(
-        (out, lambda out, tgt=tgt, s=s: judge_tensor(
-            out, ref.shift_right(tgt, s), f"shift_right(tgt {tgt.tolist()}, start_id={s})", _shift_suspects(tgt, s),
-            hint="start_id goes in front, the last token falls off, the shape stays B × T"))
-        for (tgt, s), out in zip(_SHIFT_CASES, obs["outs"], strict=True)
-    )
+judge(Compare(SHIFT_VALUES, ref.shift_right, lambda tgt, s: f"shift_right(tgt {tgt.tolist()}, start_id={s})",
+              _shift_suspects, hint="start_id goes in front, the last token falls off, the shape stays B × T"))
 
 
 def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expected_shapes: tuple) -> None:
@@ -219,7 +220,6 @@ def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expecte
                           DTYPE_CHANGED)
 
 
-register("shift_right_values", _judge_shift)
 register("shift_right_contract", lambda obs: _judge_token_contract(obs, "shift_right", _SHIFT_CONTRACT, ((3, 4),)))
 register(
     "shift_right_errors",
@@ -312,12 +312,9 @@ def _judge_tokens(actual: Any, expected: Tensor, what: str, suspects: list[Suspe
         raise
 
 
-def _judge_tf(cases: list[tuple]) -> Callable[[Observations], None]:
-    def judge(obs: Observations) -> None:
-        judge_cases((result, lambda result, case=case: _judge_one_tf(result, *case))
-                    for case, result in zip(cases, obs["results"], strict=True))
-
-    return judge
+def _judge_tf(check: Check) -> Callable[[Observations], None]:
+    return lambda obs: judge_cases((result, lambda result, case=case: _judge_one_tf(result, *case))
+                                   for case, result in zip(check.cases, obs[check.key], strict=True))
 
 
 def _judge_one_tf(result: Any, tgt: Tensor, s: int, e: int, p: int) -> None:
@@ -348,8 +345,8 @@ def _judge_one_tf(result: Any, tgt: Tensor, s: int, e: int, p: int) -> None:
                   hint="tgt_out is the tokens, `<end>` right after each row's last real token, then pad_id")
 
 
-register("teacher_forcing_pair_example", _judge_tf(_TF_EXAMPLE_CASES))
-register("teacher_forcing_pair_padding", _judge_tf(_TF_PADDING_CASES))
+register(TF_EXAMPLE.id, _judge_tf(TF_EXAMPLE))
+register(TF_PADDING.id, _judge_tf(TF_PADDING))
 register(
     "teacher_forcing_pair_contract",
     lambda obs: _judge_token_contract(obs, "teacher_forcing_pair", _TF_CONTRACT, ((3, 5), (3, 5))),
@@ -425,11 +422,11 @@ def _judge_one_ce(out: Any, logits: Tensor, targets: Tensor, p: int) -> None:
 
 def _judge_ce(obs: Observations) -> None:
     judge_cases((out, lambda out, case=case: _judge_one_ce(out, *case))
-                for case, out in zip(_CE_CASES, obs["outs"], strict=True))
+                for case, out in zip(CE_VALUES.cases, obs[CE_VALUES.key], strict=True))
 
 
 def _judge_ce_pads(obs: Observations) -> None:
-    for (logits, targets, p), (before, after) in zip(_CE_CASES[1:], obs["results"], strict=True):
+    for (logits, targets, p), (before, after) in zip(CE_VALUES.cases[1:], obs["results"], strict=True):
         what = _ce_what(logits, targets, p)
         for out in (before, after):
             if isinstance(out, Raised):
@@ -446,7 +443,7 @@ def _judge_ce_pads(obs: Observations) -> None:
             raise Mistake(f"{named(text, 'pads not ignored')}; it looks like this: {suspect.message}", suspect.name)
 
 
-register("sequence_cross_entropy_values", _judge_ce)
+register(CE_VALUES.id, _judge_ce)
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)
 register("sequence_cross_entropy_gradients",
          contract_check(_ce_contract_call(ref.sequence_cross_entropy), _CE_CONTRACT, 373, "sequence_cross_entropy"))

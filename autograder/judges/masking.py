@@ -10,7 +10,10 @@ mask with the right pattern loses only the dtype point.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import torch
@@ -27,25 +30,27 @@ from autograder.checks.core import (
     tensor_facts,
 )
 from autograder.checks.masking import (
-    _ADDITIVE_CASES,
     _COMBINE_CASES,
     _DTYPES,
-    _FORWARD_CASES,
     _GRAD_CASE,
     _INVARIANCE_CASES,
     _LEAK_CASES,
     _MASKED_SHAPES_CASES,
-    _NONE_CASES,
-    _OFFSET,
-    _PADDING_CASES,
-    _SQUARE,
     _VISIBLE_KEYS_CASES,
+    ADDITIVE_VALUES,
+    CAUSAL_OFFSET,
+    CAUSAL_SQUARE,
+    COMBINE_NONE,
+    FORWARD_VALUES,
+    PADDING_VALUES,
     _pad,
     _tril,
 )
 from autograder.judges.core import (
+    Compare,
     Suspect,
     first_index,
+    judge,
     judge_answers,
     judge_cases,
     judge_projections,
@@ -101,6 +106,16 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     raise Mistake(f"{what}: at index {where} got {actual[where].item()}, expected {expected[where].item()}{tail}")
 
 
+@dataclass(frozen=True)
+class CompareMasks(Compare):
+    """:class:`Compare` for masks: each case's result has exactly the values of the reference (:func:`judge_mask`);
+    ``hint`` may be a function of the case. ``pick``, ``parts`` and ``guard`` are not used."""
+
+    def judge_one(self, out: Any, *case: Any) -> None:
+        hint = self.hint(*case) if callable(self.hint) else self.hint
+        judge_mask(out, self.reference(*case), self.what(*case), self.suspects(*case), hint)
+
+
 def _judge_bool(facts: Any, what: str) -> None:
     if isinstance(facts, Raised):
         raise Mistake(f"{what} {facts.describe()}")
@@ -127,7 +142,8 @@ def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
 
 # ================================================================ causal_mask
 
-def _causal_suspects(t_q: int, t_k: int) -> list[Suspect]:
+def _causal_suspects(t_q: int, t_k: int | None = None) -> list[Suspect]:
+    t_k = t_q if t_k is None else t_k
     offset = t_k - t_q
     return [
         Suspect("it is the upper triangle: query i may attend itself and the keys *after* it — keep the lower "
@@ -156,18 +172,16 @@ def _causal_suspects(t_q: int, t_k: int) -> list[Suspect]:
     ]
 
 
-def _judge_causal(cases: list[tuple[int, int | None]]) -> Callable[[Observations], None]:
-    def one(out: Any, t_q: int, t_k: int | None) -> None:
-        call = f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
-        t_k = t_q if t_k is None else t_k
-        judge_mask(out, ref.causal_mask(t_q, t_k), call, _causal_suspects(t_q, t_k),
-                   hint=f"query i may attend key j iff j <= i + (t_k - t_q) = i + {t_k - t_q}")
+def _causal_what(t_q: int, t_k: int | None = None) -> str:
+    return f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
 
-    def judge(obs: Observations) -> None:
-        judge_cases((out, lambda out, case=case: one(out, *case))
-                    for case, out in zip(cases, obs["outs"], strict=True))
 
-    return judge
+def _causal_hint(t_q: int, t_k: int | None = None) -> str:
+    return f"query i may attend key j iff j <= i + (t_k - t_q) = i + {0 if t_k is None else t_k - t_q}"
+
+
+judge(CompareMasks(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint))
+judge(CompareMasks(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint))
 
 
 def _judge_causal_dtype_device(obs: Observations) -> None:
@@ -188,8 +202,6 @@ def _judge_causal_errors(obs: Observations) -> None:
     judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"))
 
 
-register("causal_mask_square", _judge_causal(_SQUARE))
-register("causal_mask_offset", _judge_causal(_OFFSET))
 register("causal_mask_dtype_device", _judge_causal_dtype_device)
 register("causal_mask_errors", _judge_causal_errors)
 
@@ -217,15 +229,13 @@ def _padding_suspects(tokens: Tensor, pad_id: int) -> list[Suspect]:
     ]
 
 
-def _judge_padding(obs: Observations) -> None:
-    def one(out: Any, tokens: Tensor, pad_id: int) -> None:
-        rows = tokens.tolist() if tokens.numel() <= 12 else f"tokens {tuple(tokens.shape)}"
-        judge_mask(out, ref.padding_mask(tokens, pad_id), f"padding_mask({rows}, pad_id={pad_id})",
-                   _padding_suspects(tokens, pad_id),
-                   hint="True where the token is not pad_id, with an axis of size 1 for the queries")
+def _padding_what(tokens: Tensor, pad_id: int) -> str:
+    rows = tokens.tolist() if tokens.numel() <= 12 else f"tokens {tuple(tokens.shape)}"
+    return f"padding_mask({rows}, pad_id={pad_id})"
 
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_PADDING_CASES, obs["outs"], strict=True))
+
+judge(CompareMasks(PADDING_VALUES, ref.padding_mask, _padding_what, _padding_suspects,
+                   hint="True where the token is not pad_id, with an axis of size 1 for the queries"))
 
 
 def _judge_padding_shape(obs: Observations) -> None:
@@ -253,43 +263,24 @@ def _judge_padding_errors(obs: Observations) -> None:
     judge_value_error(three_d, "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",))
 
 
-register("padding_mask_values", _judge_padding)
 register("padding_mask_shape", _judge_padding_shape)
 register("padding_mask_errors", _judge_padding_errors)
 
 
 # ================================================================ combine_masks
 
-def _and_all(masks: list[Tensor]) -> Tensor:
-    out = masks[0]
-    for m in masks[1:]:
-        out = out & m
-    return out
-
-
-def _broadcast_shape(masks: list[Tensor]) -> torch.Size:
-    return torch.broadcast_shapes(*(m.shape for m in masks))
-
-
-def _or_all(masks: list[Tensor]) -> Tensor:
-    out = masks[0]
-    for m in masks[1:]:
-        out = out | m
-    return out
-
-
 def _combine_suspects(masks: list[Tensor]) -> list[Suspect]:
     return [
         Suspect("it is the OR of the masks: a key is allowed when *any* mask allows it; it must be allowed by "
-                "every mask — use `&`", "OR instead of AND", lambda: _or_all(masks)),
+                "every mask — use `&`", "OR instead of AND", lambda: reduce(operator.or_, masks)),
         Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
-                "only the last mask kept", lambda: masks[-1].expand(_broadcast_shape(masks))),
+                "only the last mask kept", lambda: masks[-1].expand(torch.broadcast_shapes(*(m.shape for m in masks)))),
         Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
                 "only the last mask kept", lambda: masks[-1]),
         Suspect("it keeps only the first mask; combine each mask with the result so far, `out = out & m`",
                 "only the first mask kept", lambda: masks[0]),
         Suspect("it is inverted: the AND of the masks is True where a key may be attended",
-                "inverted result", lambda: ~_and_all(masks)),
+                "inverted result", lambda: ~reduce(operator.and_, masks)),
     ]
 
 
@@ -319,7 +310,7 @@ def _judge_combine(obs: Observations) -> None:
 
 
 def _judge_combine_none(obs: Observations) -> None:
-    for (what, args), out in zip(_NONE_CASES, obs["outs"], strict=True):
+    for (what, *args), out in zip(COMBINE_NONE.cases, obs[COMBINE_NONE.key], strict=True):
         given = [a for a in args if a is not None]
         if isinstance(out, Raised) and out.type == "NotImplementedError" and not out.message:
             raise Mistake(f"{what} {out.describe()}")
@@ -338,7 +329,7 @@ def _judge_combine_none(obs: Observations) -> None:
                               "all None should give None")
             continue
         suspects = [Suspect("None was treated as a mask that blocks everything", "None not ignored",
-                            lambda given=given: torch.zeros_like(_and_all(given)))]
+                            lambda given=given: torch.zeros_like(reduce(operator.and_, given)))]
         judge_mask(out, ref.combine_masks(*args), what, suspects + (_combine_suspects(given) if len(given) > 1 else []),
                    hint="None entries are ignored")
 
@@ -349,7 +340,7 @@ def _judge_combine_errors(obs: Observations) -> None:
 
 
 register("combine_masks_and", _judge_combine)
-register("combine_masks_none", _judge_combine_none)
+register(COMBINE_NONE.id, _judge_combine_none)
 register("combine_masks_errors", _judge_combine_errors)
 
 
@@ -378,17 +369,12 @@ def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list
     ]
 
 
-def _judge_additive(obs: Observations) -> None:
-    def one(out: Any, mask: Tensor) -> None:
-        judge_mask(out, ref.additive_mask(mask), f"additive_mask(mask {tuple(mask.shape)})",
-                   _additive_suspects(mask), hint="0.0 where the mask is True, -inf where it is False")
-
-    judge_cases((out, lambda out, mask=mask: one(out, mask))
-                for mask, out in zip(_ADDITIVE_CASES, obs["outs"], strict=True))
+judge(CompareMasks(ADDITIVE_VALUES, ref.additive_mask, lambda mask: f"additive_mask(mask {tuple(mask.shape)})",
+                   _additive_suspects, hint="0.0 where the mask is True, -inf where it is False"))
 
 
 def _judge_additive_dtype_device(obs: Observations) -> None:
-    mask = _ADDITIVE_CASES[1]
+    (mask,) = ADDITIVE_VALUES.cases[1]
     facts = obs["default"]
     if isinstance(facts, Raised):
         raise Mistake(f"additive_mask(mask) {facts.describe()}")
@@ -414,17 +400,27 @@ def _judge_additive_errors(obs: Observations) -> None:
     judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",))
 
 
-register("additive_mask_values", _judge_additive)
 register("additive_mask_dtype_device", _judge_additive_dtype_device)
 register("additive_mask_errors", _judge_additive_errors)
 
 
 # ================================================================ CausalSelfAttention
 
-def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> list[Suspect]:
+def _projected(d_model: int, d_k: int, d_v: int, x: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v of ``x`` through the seeded projection weights of a case."""
+    w = projection_weights(d_model, d_k, d_v, seed)
+    return x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
+
+
+def _allowed(x: Tensor, tokens: Tensor | None) -> Tensor:
+    """The right mask: causal, and the padding mask of ``tokens`` (pad id 0) when there are tokens."""
+    return ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
+
+
+def _module_mistakes(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
+                     seed: int) -> list[Suspect]:
     """The plausible wrong masks: each one's ``produce()`` returns (out, weights) of attention under it."""
-    w = {name: t.to(x.dtype) for name, t in w.items()}
-    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
+    q, k, v = _projected(d_model, d_k, d_v, x, seed)
     t = x.shape[1]
     causal, pad = ref.causal_mask(t), _pad(tokens)
     run = lambda mask: attend(q, k, v, mask)  # noqa: E731
@@ -453,12 +449,11 @@ def _module_mistakes(x: Tensor, tokens: Tensor | None, w: dict[str, Tensor]) -> 
     return mistakes
 
 
-def _name_module_mistake(actual_out: Any, x: Tensor, tokens: Tensor | None,
-                         w: dict[str, Tensor]) -> Suspect | None:
-    """The first mistake whose output matches ``actual_out``, or None."""
+def _name_module_mistake(actual_out: Any, *case: Any) -> Suspect | None:
+    """The first mistake whose output matches ``actual_out`` on ``case`` (d_model, d_k, d_v, x, tokens, seed)."""
     if not isinstance(actual_out, Tensor):
         return None
-    for mistake in _module_mistakes(x, tokens, w):
+    for mistake in _module_mistakes(*case):
         out = mistake.produce()[0]
         if out.shape == actual_out.shape and torch.allclose(actual_out.to(out.dtype), out, atol=1e-5, rtol=1e-4):
             return mistake
@@ -473,33 +468,37 @@ def _nan_only_in_empty_rows(got: Any, allowed: Tensor, batch_t: torch.Size) -> b
     return bool((torch.isnan(got).flatten(2).any(-1) <= empty).all())
 
 
-def _judge_one_forward(result: Any, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
-                       seed: int) -> None:
-    w = projection_weights(d_model, d_k, d_v, seed)
-    what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
+_WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
+
+
+def _forward_what(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None, seed: int) -> str:
+    return f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
         "" if tokens is None else f" with pad_mask of tokens {tokens.tolist()}")
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
+
+
+def _forward_reference(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None, seed: int) -> Any:
+    return attend(*_projected(d_model, d_k, d_v, x, seed), _allowed(x, tokens))
+
+
+def _pair_without_nan(result: Any, what: str, d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
+                      seed: int) -> None:
+    """The guard of the forward values: a pair (out, weights), neither with NaN in the rows that attend no key."""
     if not (isinstance(result, tuple) and len(result) == 2):
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
-    mistakes = _module_mistakes(x, tokens, w)
-    q, k, v = x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-    allowed = ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
-    out, weights = attend(q, k, v, allowed)
-    for part, name in ((1, "weights"), (0, "output")):
-        if _nan_only_in_empty_rows(result[part], allowed, x.shape[:2]):
+    for part, name in _WEIGHTS_THEN_OUTPUT:
+        if _nan_only_in_empty_rows(result[part], _allowed(x, tokens), x.shape[:2]):
             raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
                           f"the softmax of a row of -inf is 0/0 — such a row must give zeros; the given "
                           f"`attention` does that", "NaN on fully masked rows")
-    for part, name, want in ((1, "weights", weights), (0, "output", out)):
-        suspects = [mistake.part(part) for mistake in mistakes]
-        judge_tensor(result[part], want, f"the {name} of {what}", suspects,
-                     hint="position i attends the keys 0..i that are not padding")
+
+
+_FORWARD = Compare(FORWARD_VALUES, _forward_reference, _forward_what, _module_mistakes,
+                   hint="position i attends the keys 0..i that are not padding", parts=_WEIGHTS_THEN_OUTPUT,
+                   guard=_pair_without_nan)
 
 
 def _judge_forward(obs: Observations) -> None:
-    judge_cases((result, lambda result, case=case: _judge_one_forward(result, *case))
-                for case, result in zip(_FORWARD_CASES, obs["results"], strict=True))
+    _FORWARD(obs)
     d_model, d_k, d_v, x, tokens, seed = _GRAD_CASE
     what = f"CausalSelfAttention({d_model}, {d_k}) in float64 with pad_mask of tokens {tokens.tolist()}"
     got = obs["grad"]
@@ -543,7 +542,7 @@ def _judge_leak(obs: Observations) -> None:
             raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
         if torch.allclose(before[:, :start], after[:, :start], atol=1e-6, rtol=1e-5, equal_nan=True):
             continue  # NaN is not a leak: the forward and padding cells name it
-        mistake = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
+        mistake = _name_module_mistake(before, d_model, d_k, d_v, x, tokens, seed)
         raise Mistake(
             f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
             f"0..{start - 1}, so the future leaks into the past — "
@@ -557,8 +556,7 @@ def _judge_invariance(obs: Observations) -> None:
         before, after = _outputs(base, what), _outputs(changed, what)
         if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
             raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
-        allowed = ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
-        if _nan_only_in_empty_rows(before, allowed, x.shape[:2]):
+        if _nan_only_in_empty_rows(before, _allowed(x, tokens), x.shape[:2]):
             raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
                           f"must give zeros — the given `attention` does that", "NaN on fully masked rows")
         if torch.isnan(before).any():
@@ -566,7 +564,7 @@ def _judge_invariance(obs: Observations) -> None:
         real = tokens != 0
         if torch.allclose(before[real], after[real], atol=1e-6, rtol=1e-5):
             continue
-        mistake = _name_module_mistake(before, x, tokens, projection_weights(d_model, d_k, d_v, seed))
+        mistake = _name_module_mistake(before, d_model, d_k, d_v, x, tokens, seed)
         raise Mistake(
             f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets "
             f"weight — " + (mistake.message if mistake else "combine pad_mask (B, 1, T) with the causal mask"),
@@ -574,7 +572,7 @@ def _judge_invariance(obs: Observations) -> None:
 
 
 register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "CausalSelfAttention"))
-register("CausalSelfAttention_forward", _judge_forward)
+register(FORWARD_VALUES.id, _judge_forward)
 register("CausalSelfAttention_no_future_leak", _judge_leak)
 register("CausalSelfAttention_padding_invariance", _judge_invariance)
 
