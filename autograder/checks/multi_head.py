@@ -13,16 +13,17 @@ wrong numbers name the mistake.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from autograder.checks.core import (
+    Check,
     Observations,
     Raised,
     attempt,
+    declare,
     linear_facts,
     observe_contract,
     probe_answers,
@@ -36,42 +37,31 @@ NAMES = ("w_q", "w_k", "w_v", "w_o")
 
 # ================================================================ split_heads
 
-_SPLIT_CASES = [  # (x (B, T, d_model), n_heads)
+SPLIT_CASES = [  # (x (B, T, d_model), n_heads)
     (seeded(2, 8, 12, seed=401), 4),  # T divisible by n_heads: splitting the positions still runs
     (seeded(1, 9, 48, seed=402), 12),  # GPT-2's 12 heads, each of 4 features here
     (seeded(3, 5, 12, seed=403), 3),
     (seeded(2, 3, 8, seed=404), 1),  # one head holds every feature
 ]
-
-
-def _probe_split(student: Any) -> Observations:
-    return {"outs": [attempt(lambda x=x, n=n: student(x.clone(), n)) for x, n in _SPLIT_CASES]}
+SPLIT_SHAPE = declare(Check("split_heads_shape", SPLIT_CASES))
+SPLIT_VALUES = declare(Check("split_heads_values", SPLIT_CASES))
 
 
 def _probe_split_errors(student: Any) -> Observations:
     return {"raised": attempt(lambda: student(seeded(2, 3, 10, seed=405), 4))}
 
 
-register("split_heads_shape", _probe_split)
-register("split_heads_values", _probe_split)
 register("split_heads_errors", _probe_split_errors)
 
 
 # ================================================================ merge_heads
 
-_MERGE_CASES = [  # heads (B, n_heads, T, d_head)
-    seeded(2, 4, 8, 3, seed=411),
-    seeded(1, 12, 9, 4, seed=412),
-    seeded(3, 3, 5, 4, seed=413),
-    seeded(2, 1, 3, 8, seed=414),
-]
-
-
-def _probe_merge(student: Any) -> Observations:
-    return {"outs": [attempt(lambda h=h: student(h.clone())) for h in _MERGE_CASES]}
-
-
-_ROUNDTRIP_CASES = [(seeded(2, 6, 12, seed=415), 4), (seeded(1, 9, 48, seed=416), 12), (seeded(3, 2, 10, seed=417), 5)]
+MERGE_VALUES = declare(Check("merge_heads_values", [  # (heads (B, n_heads, T, d_head),)
+    (seeded(2, 4, 8, 3, seed=411),),
+    (seeded(1, 12, 9, 4, seed=412),),
+    (seeded(3, 3, 5, 4, seed=413),),
+    (seeded(2, 1, 3, 8, seed=414),),
+]))
 
 
 def _split_heads(x: Tensor, n: int) -> Tensor:
@@ -80,16 +70,15 @@ def _split_heads(x: Tensor, n: int) -> Tensor:
     return x.reshape(b, t, n, d_model // n).transpose(1, 2)
 
 
-def _probe_roundtrip(student: Any) -> Observations:
-    return {"outs": [attempt(lambda x=x, n=n: student(_split_heads(x.clone(), n))) for x, n in _ROUNDTRIP_CASES]}
+MERGE_ROUNDTRIP = declare(Check("merge_heads_roundtrip", [  # (x, n_heads): merge_heads(split_heads(x, n_heads))
+    (seeded(2, 6, 12, seed=415), 4), (seeded(1, 9, 48, seed=416), 12), (seeded(3, 2, 10, seed=417), 5),
+], call=lambda student, x, n: student(_split_heads(x, n))))
 
 
 def _probe_merge_errors(student: Any) -> Observations:
     return {"raised": attempt(lambda: student(seeded(2, 7, 9, seed=418)))}
 
 
-register("merge_heads_values", _probe_merge)
-register("merge_heads_roundtrip", _probe_roundtrip)
 register("merge_heads_errors", _probe_merge_errors)
 
 
@@ -134,6 +123,12 @@ def _inputs(query: Tensor, key: Tensor | None, value: Tensor | None) -> tuple[Te
     return query, query if key is None else key, query if value is None else value
 
 
+def _run(student: Any, d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
+         mask: Tensor | None, seed: int) -> Any:
+    """The learner's module with the seeded weights of ``seed``, on query, key and value (None: query)."""
+    return _call(_build(student, d_model, n, _params(d_model, seed, bias)), *_inputs(query, key, value), mask)
+
+
 # ================================================================ MultiHeadAttention: projections and shapes
 
 def _probe_projections(student: Any) -> Observations:
@@ -149,40 +144,30 @@ def _probe_projections(student: Any) -> Observations:
     return obs
 
 
-_SHAPE_CASES = [  # (d_model, n_heads, query, key): value has the shape of key
+SHAPE_SEED = 426
+MHA_SHAPES = declare(Check("MultiHeadAttention_shapes", [  # (d_model, n_heads, query, key): value is key
     (16, 4, seeded(2, 5, 16, seed=421), seeded(2, 7, 16, seed=422)),
     (48, 12, seeded(1, 9, 48, seed=423), None),  # self-attention, 12 heads as in GPT-2
     (12, 3, seeded(3, 1, 12, seed=424), seeded(3, 4, 12, seed=425)),
-]
-_SHAPE_SEED = 426
-
-
-def _probe_shapes(student: Any) -> Observations:
-    def run(d_model: int, n: int, query: Tensor, key: Tensor | None) -> Any:
-        key = query if key is None else key
-        module = _build(student, d_model, n, _params(d_model, _SHAPE_SEED, bias=True))
-        return _call(module, query, key, key, None)
-
-    return {"results": [attempt(lambda case=case: run(*case)) for case in _SHAPE_CASES]}
-
+], call=lambda student, d_model, n, query, key: _run(
+    student, d_model, n, True, query, key, key, None, SHAPE_SEED), key="results"))
 
 register("MultiHeadAttention_projections", _probe_projections)
-register("MultiHeadAttention_shapes", _probe_shapes)
 
 
 # ================================================================ MultiHeadAttention: values
 
-_FORWARD_CASES = [  # (d_model, n_heads, bias, query, key, value, mask, seed)
+MHA_FORWARD = declare(Check("MultiHeadAttention_forward", [  # (d_model, n_heads, bias, query, key, value, mask, seed)
     (16, 4, True, seeded(2, 5, 16, seed=431), seeded(2, 7, 16, seed=432), seeded(2, 7, 16, seed=433), None, 434),
     (16, 4, False, seeded(2, 6, 16, seed=435), None, None, None, 436),  # self-attention: query = key = value
     (24, 3, True, seeded(1, 3, 24, seed=437), seeded(1, 8, 24, seed=438), seeded(1, 8, 24, seed=439), None, 440),
-]
+], call=_run, key="results"))
 
 _PAD = torch.tensor([[True] * 6, [True] * 4 + [False] * 2])[:, None, :]  # (2, 1, 6): the second row ends in 2 pads
 _PER_QUERY = seeded_mask(2, 4, 6, seed=441)
 _PER_QUERY[..., 0] = True  # every query keeps a key; the fully masked case is separate
 _EMPTY_ROW = torch.tensor([[True, True, False, True, False], [False] * 5])[:, None, :]  # batch row 2: nothing
-_MASK_CASES = [
+MHA_MASK = declare(Check("MultiHeadAttention_mask", [  # as MHA_FORWARD's
     (16, 4, True, seeded(2, 6, 16, seed=442), None, None, torch.tril(torch.ones(6, 6, dtype=torch.bool)), 443),
     (16, 4, True, seeded(2, 4, 16, seed=444), None, None, torch.tril(torch.ones(4, 4, dtype=torch.bool)), 445),
     (16, 4, True, seeded(2, 6, 16, seed=446), None, None, _PAD, 447),
@@ -190,46 +175,20 @@ _MASK_CASES = [
      451),
     (16, 2, True, seeded(2, 3, 16, seed=452), seeded(2, 5, 16, seed=453), seeded(2, 5, 16, seed=454), _EMPTY_ROW,
      455),
-]
-
-
-def _probe_values(cases: list[tuple]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        def run(d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
-                mask: Tensor | None, seed: int) -> Any:
-            module = _build(student, d_model, n, _params(d_model, seed, bias))
-            return _call(module, *_inputs(query, key, value), mask)
-
-        return {"results": [attempt(lambda case=case: run(*case)) for case in cases]}
-
-    return probe
-
-
-register("MultiHeadAttention_forward", _probe_values(_FORWARD_CASES))
-register("MultiHeadAttention_mask", _probe_values(_MASK_CASES))
+], call=_run, key="results"))
 
 
 # ================================================================ MultiHeadAttention: nn.MultiheadAttention
 
-_TORCH_CASES = [  # (d_model, n_heads, query, key, value, mask, the same mask in nn.MultiheadAttention's terms)
+TORCH_SEED = 468
+MHA_TORCH = declare(Check("MultiHeadAttention_matches_torch", [
+    # (d_model, n_heads, query, key, value, mask, the same mask in nn.MultiheadAttention's terms)
     (32, 4, seeded(2, 6, 32, seed=461), None, None, _PAD, {"key_padding_mask": ~_PAD[:, 0]}),
     (32, 4, seeded(2, 4, 32, seed=462), seeded(2, 6, 32, seed=463), seeded(2, 6, 32, seed=464), _PER_QUERY,
      {"attn_mask": (~_PER_QUERY).repeat_interleave(4, dim=0)}),  # (B * n_heads, T_q, T_k)
     (24, 6, seeded(1, 5, 24, seed=465), seeded(1, 8, 24, seed=466), seeded(1, 8, 24, seed=467), None, {}),
-]
-_TORCH_SEED = 468
-
-
-def _probe_torch(student: Any) -> Observations:
-    def run(d_model: int, n: int, query: Tensor, key: Tensor | None, value: Tensor | None, mask: Tensor | None,
-            _: dict) -> Any:
-        module = _build(student, d_model, n, _params(d_model, _TORCH_SEED, bias=True))
-        return _call(module, *_inputs(query, key, value), mask)
-
-    return {"results": [attempt(lambda case=case: run(*case)) for case in _TORCH_CASES]}
-
-
-register("MultiHeadAttention_matches_torch", _probe_torch)
+], call=lambda student, d_model, n, query, key, value, mask, _: _run(
+    student, d_model, n, True, query, key, value, mask, TORCH_SEED), key="results"))
 
 
 # ================================================================ MultiHeadAttention: head independence

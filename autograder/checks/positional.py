@@ -15,10 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from autograder.checks.core import (
+    Check,
     Observations,
     Raised,
     attempt,
     attempt_facts,
+    declare,
     observe_contract,
     probe_answers,
     register,
@@ -47,12 +49,9 @@ def _observe_contract(call: Callable[..., Any], inputs: dict[str, Tensor], seed:
 
 # ================================================================ sinusoidal_encoding
 
-_TABLE_CASES = [(6, 4, BASE), (50, 16, BASE), (12, 8, 100.0), (20, 6, BASE), (1, 2, BASE)]
-
-
-def _probe_table(student: Any) -> Observations:
-    return {"outs": [attempt(lambda c=c: student(*c)) for c in _TABLE_CASES]}
-
+TABLE_VALUES = declare(Check("sinusoidal_encoding_values", [  # (max_len, d_model, base)
+    (6, 4, BASE), (50, 16, BASE), (12, 8, 100.0), (20, 6, BASE), (1, 2, BASE),
+]))
 
 _SHAPE_CASES = [(7, 10), (1, 2), (100, 32)]
 
@@ -73,7 +72,6 @@ _TABLE_ERRORS = [(10, 7), (6, 5), (0, 8), (5, -2)]
 
 register("sinusoidal_encoding_shape",
          lambda student: {"facts": [attempt_facts(lambda c=c: student(*c)) for c in _SHAPE_CASES]})
-register("sinusoidal_encoding_values", _probe_table)
 register("sinusoidal_encoding_properties", _probe_table_properties)
 register("sinusoidal_encoding_errors",
          lambda student: {"raised": [attempt(lambda c=c: student(*c)) for c in _TABLE_ERRORS]})
@@ -81,19 +79,12 @@ register("sinusoidal_encoding_errors",
 
 # ================================================================ SinusoidalPositionalEncoding
 
-_SPE_CASES = [  # (d_model, max_len, base, x)
+SPE_FORWARD = declare(Check("SinusoidalPositionalEncoding_forward", [  # (d_model, max_len, base, x)
     (16, 50, BASE, seeded(3, 7, 16, seed=501)),
     (8, 20, 100.0, seeded(2, 5, 8, seed=502)),
     (8, 12, BASE, seeded(4, 12, 8, seed=503)),  # T == max_len
     (6, 30, BASE, seeded(1, 1, 6, seed=504)),
-]
-
-
-def _probe_spe(student: Any) -> Observations:
-    def run(d_model: int, max_len: int, base: float, x: Tensor) -> Any:
-        return student(d_model, max_len=max_len, base=base)(x.clone())
-
-    return {"outs": [attempt(lambda c=c: run(*c)) for c in _SPE_CASES]}
+], call=lambda student, d_model, max_len, base, x: student(d_model, max_len=max_len, base=base)(x)))
 
 
 def _tensor_facts(pairs: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
@@ -158,7 +149,6 @@ def _probe_spe_contract(student: Any) -> Observations:
     return obs
 
 
-register("SinusoidalPositionalEncoding_forward", _probe_spe)
 register("SinusoidalPositionalEncoding_buffer", _probe_spe_buffer)
 register("SinusoidalPositionalEncoding_max_len", _probe_spe_max_len)
 register("SinusoidalPositionalEncoding_contract", _probe_spe_contract)
@@ -194,18 +184,11 @@ def _probe_learned_table(student: Any) -> Observations:
         return {"facts": Raised(type(err).__name__, str(err))}
 
 
-_LEARNED_CASES = [  # (max_len, d_model, x, seed)
+LEARNED_FORWARD = declare(Check("LearnedPositionalEmbedding_forward", [  # (max_len, d_model, x, seed)
     (12, 8, seeded(3, 5, 8, seed=511), 512),
     (6, 4, seeded(2, 6, 4, seed=513), 514),  # T == max_len
     (20, 16, seeded(1, 1, 16, seed=515), 516),
-]
-
-
-def _probe_learned(student: Any) -> Observations:
-    def run(max_len: int, d: int, x: Tensor, seed: int) -> Any:
-        return _learned_module(student, max_len, d, seed)(x.clone())
-
-    return {"outs": [attempt(lambda c=c: run(*c)) for c in _LEARNED_CASES]}
+], call=lambda student, max_len, d, x, seed: _learned_module(student, max_len, d, seed)(x)))
 
 
 _LEARNED_CONTRACT = {"x": seeded(2, 5, 8, seed=517, dtype=torch.float64),
@@ -230,7 +213,6 @@ def _probe_learned_max_len(student: Any) -> Observations:
 
 
 register("LearnedPositionalEmbedding_table", _probe_learned_table)
-register("LearnedPositionalEmbedding_forward", _probe_learned)
 register(
     "LearnedPositionalEmbedding_gradients",
     lambda student: _observe_contract(_learned_contract_call(student), _LEARNED_CONTRACT, seed=519),
@@ -240,31 +222,23 @@ register("LearnedPositionalEmbedding_max_len", _probe_learned_max_len)
 
 # ================================================================ apply_rotary
 
-def _probe_rope(cases: list[tuple[Tensor, Tensor | None, float]]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        def run(x: Tensor, positions: Tensor | None, base: float) -> Any:
-            args = (x.clone(),) if positions is None else (x.clone(), positions.clone())
-            return student(*args) if base == BASE else student(*args, base=base)
-
-        return {"outs": [attempt(lambda c=c: run(*c)) for c in cases]}
-
-    return probe
+def _rotate(student: Any, x: Tensor, positions: Tensor | None, base: float) -> Any:
+    """``apply_rotary(x[, positions][, base=base])``: the arguments a learner's call would leave out, left out."""
+    args = (x,) if positions is None else (x, positions)
+    return student(*args) if base == BASE else student(*args, base=base)
 
 
-_ROPE_CASES = [  # (x, positions, base): default positions
+ROPE_VALUES = declare(Check("apply_rotary_values", [  # (x, positions, base): default positions
     (seeded(2, 5, 8, seed=531), None, BASE),
     (seeded(6, 16, seed=532), None, BASE),
     (seeded(2, 3, 4, 8, seed=533), None, BASE),  # (B, heads, T, d)
     (seeded(4, 6, seed=534), None, 100.0),
-]
-_ROPE_POSITION_CASES = [
+], call=_rotate))
+ROPE_POSITIONS = declare(Check("apply_rotary_positions", [
     (seeded(2, 5, 8, seed=535), torch.arange(7, 12), BASE),  # the last 5 of 12 positions, as with a cache
     (seeded(2, 4, 8, seed=536), torch.tensor([0.0, 2.5, 5.0, 9.0]), BASE),
     (seeded(2, 3, 5, 8, seed=537), torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])[:, None, :], BASE),
-]
-
-register("apply_rotary_values", _probe_rope(_ROPE_CASES))
-register("apply_rotary_positions", _probe_rope(_ROPE_POSITION_CASES))
+], call=_rotate))
 
 
 _RELATIVE_X = seeded(3, 6, 16, seed=538)

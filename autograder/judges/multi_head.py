@@ -20,32 +20,36 @@ import torch
 from torch import Tensor, nn
 
 from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR
-from autograder.checks.core import Mistake, Observations, Raised, seeded
+from autograder.checks.core import Check, Mistake, Observations, Raised, seeded
 from autograder.checks.multi_head import (
     _CHANGED_HEAD,
     _CONTRACT,
     _CONTRACT_SEED,
     _DROPOUT_CASE,
-    _FORWARD_CASES,
     _HEAD_CASE,
     _HEAD_SHAPE_CASES,
-    _MASK_CASES,
-    _MERGE_CASES,
     _PARAMETER_CASES,
-    _ROUNDTRIP_CASES,
-    _SHAPE_CASES,
-    _SHAPE_SEED,
-    _SPLIT_CASES,
-    _TORCH_CASES,
-    _TORCH_SEED,
+    MERGE_ROUNDTRIP,
+    MERGE_VALUES,
+    MHA_FORWARD,
+    MHA_MASK,
+    MHA_SHAPES,
+    MHA_TORCH,
     NAMES,
+    SHAPE_SEED,
+    SPLIT_SHAPE,
+    SPLIT_VALUES,
+    TORCH_SEED,
     Params,
     _contract_module,
     _inputs,
     _params,
 )
 from autograder.judges.core import (
+    Compare,
+    Judge,
     Suspect,
+    judge,
     judge_answers,
     judge_cases,
     judge_tensor,
@@ -74,6 +78,15 @@ def _raised(raised: Raised, what: str) -> Mistake:
     """The Mistake of a call that raised ``raised``: what it raised, and what that most likely means."""
     hint, name = _not_contiguous_hint(raised)
     return Mistake(f"{what} {raised.describe()}{hint}", name)
+
+
+class _Compare(Compare):
+    """:class:`Compare`, a crash told with what it most likely means (:func:`_raised`)."""
+
+    def judge_one(self, out: Any, *case: Any) -> None:
+        if isinstance(out, Raised):
+            raise _raised(out, self.what(*case))
+        super().judge_one(out, *case)
 
 
 def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
@@ -133,23 +146,12 @@ def _judge_split_shape(obs: Observations) -> None:
                      "split_heads returns (B, n_heads, T, d_head), the head axis in front of the positions")
 
     judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_SPLIT_CASES, obs["outs"], strict=True))
-
-
-def _judge_split_values(obs: Observations) -> None:
-    def one(out: Any, x: Tensor, n: int) -> None:
-        what = _split_call(x, n)
-        if isinstance(out, Raised):
-            raise Mistake(f"{what} {out.describe()}")
-        judge_tensor(out, ref.split_heads(x, n), what, _split_suspects(x, n),
-                     hint="head h holds the features h·d_head .. (h+1)·d_head - 1 of every position")
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_SPLIT_CASES, obs["outs"], strict=True))
+                for case, out in zip(SPLIT_SHAPE.cases, obs[SPLIT_SHAPE.key], strict=True))
 
 
 register("split_heads_shape", _judge_split_shape)
-register("split_heads_values", _judge_split_values)
+judge(Compare(SPLIT_VALUES, ref.split_heads, _split_call, _split_suspects,
+              hint="head h holds the features h·d_head .. (h+1)·d_head - 1 of every position"))
 register(
     "split_heads_errors",
     lambda obs: judge_value_error(obs["raised"], "split_heads(x (2, 3, 10), n_heads=4), where d_model=10 is not "
@@ -186,25 +188,11 @@ def _merge_call(h: Tensor) -> str:
     return f"merge_heads(x {tuple(h.shape)})"
 
 
-def _judge_merge_one(out: Any, h: Tensor, what: str, expected: Tensor) -> None:
-    if isinstance(out, Raised):
-        raise _raised(out, what)
-    judge_tensor(out, expected, what, _merge_suspects(h),
-                 hint="head h fills the features h·d_head .. (h+1)·d_head - 1 of every position")
-
-
-def _judge_merge_values(obs: Observations) -> None:
-    judge_cases((out, lambda out, h=h: _judge_merge_one(out, h, _merge_call(h), ref.merge_heads(h)))
-                for h, out in zip(_MERGE_CASES, obs["outs"], strict=True))
-
-
-def _judge_roundtrip(obs: Observations) -> None:
-    def one(out: Any, x: Tensor, n: int) -> None:
-        what = f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,"
-        _judge_merge_one(out, ref.split_heads(x, n), what, x)
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_ROUNDTRIP_CASES, obs["outs"], strict=True))
+_MERGE_HINT = "head h fills the features h·d_head .. (h+1)·d_head - 1 of every position"
+judge(_Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT))
+judge(_Compare(MERGE_ROUNDTRIP, lambda x, n: x,
+               lambda x, n: f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,",
+               lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT))
 
 
 def _judge_merge_errors(obs: Observations) -> None:
@@ -217,8 +205,6 @@ def _judge_merge_errors(obs: Observations) -> None:
     judge_value_error(raised, what, ("7", "9"))
 
 
-register("merge_heads_values", _judge_merge_values)
-register("merge_heads_roundtrip", _judge_roundtrip)
 register("merge_heads_errors", _judge_merge_errors)
 
 
@@ -364,12 +350,12 @@ def _judge_projections(obs: Observations) -> None:
 
 
 def _judge_shapes(obs: Observations) -> None:
-    for (d_model, n, query, key), result in zip(_SHAPE_CASES, obs["results"], strict=True):
+    for (d_model, n, query, key), result in zip(MHA_SHAPES.cases, obs[MHA_SHAPES.key], strict=True):
         key = query if key is None else key
         what = _describe(d_model, n, query, key, None)
         out, weights = _pair(result, what)
         (b, t_q, _), t_k = query.shape, key.shape[1]
-        p = _params(d_model, _SHAPE_SEED, bias=True)
+        p = _params(d_model, SHAPE_SEED, bias=True)
         mistakes = _mha_mistakes(p, query, key, key, n, None)
         for got, part, expected, name in ((weights, 1, (b, n, t_q, t_k), "weights"),
                                           (out, 0, (b, t_q, d_model), "out")):
@@ -384,7 +370,7 @@ register("MultiHeadAttention_shapes", _judge_shapes)
 
 # ================================================================ MultiHeadAttention: values
 
-def _judge_values(cases: list[tuple]) -> Callable[[Observations], None]:
+def _judge_values(check: Check) -> Judge:
     def one(result: Any, d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
             mask: Tensor | None, seed: int, others_ran: bool) -> None:
         query, key, value = _inputs(query, key, value)
@@ -400,16 +386,16 @@ def _judge_values(cases: list[tuple]) -> Callable[[Observations], None]:
         _judge_against(result, _mha(p, query, key, value, n, mask), _mha_mistakes(p, query, key, value, n, mask),
                        what, hint)
 
-    def judge(obs: Observations) -> None:
-        ran = any(not isinstance(result, Raised) for result in obs["results"])
+    def judge_all(obs: Observations) -> None:
+        ran = any(not isinstance(result, Raised) for result in obs[check.key])
         judge_cases((result, lambda result, case=case: one(result, *case, ran))
-                    for case, result in zip(cases, obs["results"], strict=True))
+                    for case, result in zip(check.cases, obs[check.key], strict=True))
 
-    return judge
+    return judge_all
 
 
-register("MultiHeadAttention_forward", _judge_values(_FORWARD_CASES))
-register("MultiHeadAttention_mask", _judge_values(_MASK_CASES))
+register("MultiHeadAttention_forward", _judge_values(MHA_FORWARD))
+register("MultiHeadAttention_mask", _judge_values(MHA_MASK))
 
 
 # ================================================================ MultiHeadAttention: nn.MultiheadAttention
@@ -429,7 +415,7 @@ def _judge_torch(obs: Observations) -> None:
             mask: Tensor | None, torch_masks: dict) -> None:
         query, key, value = _inputs(query, key, value)
         what = _describe(d_model, n, query, key, mask) + " compared with nn.MultiheadAttention"
-        p = _params(d_model, _TORCH_SEED, bias=True)
+        p = _params(d_model, TORCH_SEED, bias=True)
         twin = _torch_twin(d_model, n, p)
         with torch.no_grad():
             out, per_head = twin(query, key, value, average_attn_weights=False, **torch_masks)
@@ -441,7 +427,7 @@ def _judge_torch(obs: Observations) -> None:
                      hint="average_attn_weights=True averages the per-head weights")
 
     judge_cases((result, lambda result, case=case: one(result, *case))
-                for case, result in zip(_TORCH_CASES, obs["results"], strict=True))
+                for case, result in zip(MHA_TORCH.cases, obs[MHA_TORCH.key], strict=True))
 
 
 register("MultiHeadAttention_matches_torch", _judge_torch)

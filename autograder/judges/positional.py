@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,26 +26,26 @@ from autograder.checks.positional import (
     _BUFFER_D,
     _BUFFER_LEN,
     _ENCODED_SHAPE_CASES,
-    _LEARNED_CASES,
     _LEARNED_CONTRACT,
     _PROPERTY_D,
     _PROPERTY_LEN,
     _RELATIVE_X,
-    _ROPE_CASES,
-    _ROPE_POSITION_CASES,
     _SHAPE_CASES,
-    _SPE_CASES,
     _SPE_MAX,
-    _TABLE_CASES,
     _WITHOUT_POSITIONS_CASES,
     BASE,
+    LEARNED_FORWARD,
+    ROPE_POSITIONS,
+    ROPE_VALUES,
+    SPE_FORWARD,
+    TABLE_VALUES,
     _learned_weights,
 )
 from autograder.judges.core import (
+    Compare,
     Suspect,
+    judge,
     judge_answers,
-    judge_cases,
-    judge_tensor,
     judge_value_error,
     matching_suspect,
     register,
@@ -97,6 +98,19 @@ def _judge_contract(obs: Observations, function: str) -> None:
 def _crashed(raised: Raised, what: str, hint: tuple[str, str | None]) -> Mistake:
     """The Mistake of a call that raised ``raised``; ``hint`` is what that most likely means and its name."""
     return Mistake(f"{what} {raised.describe()}{hint[0]}", hint[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Compare(Compare):
+    """:class:`Compare`, a crash told with what it most likely means: ``crash_hint(raised, *case)``, as
+    :func:`_crash_hint` gives it."""
+
+    crash_hint: Callable[..., tuple[str, str | None]]
+
+    def judge_one(self, out: Any, *case: Any) -> None:
+        if isinstance(out, Raised):
+            raise _crashed(out, self.what(*case), self.crash_hint(out, *case))
+        super().judge_one(out, *case)
 
 
 def _crash_hint(raised: Raised, max_len: int | None = None, t: int | None = None) -> tuple[str, str | None]:
@@ -197,17 +211,6 @@ def _p_times(max_len: int, d: int, base: float) -> Tensor:
     return p * base ** (torch.arange(0, d, 2, dtype=torch.float64) / d)
 
 
-def _judge_table(obs: Observations) -> None:
-    def one(out: Any, max_len: int, d: int, base: float) -> None:
-        call = f"sinusoidal_encoding({max_len}, {d}" + (")" if base == BASE else f", base={base:g})")
-        judge_tensor(out, ref.sinusoidal_encoding(max_len, d, base), call, _table_suspects(max_len, d, base),
-                     hint="PE[p, 2i] = sin(p / base^(2i/d_model)), PE[p, 2i+1] = cos(p / base^(2i/d_model))",
-                     atol=ATOL, rtol=RTOL)
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_TABLE_CASES, obs["outs"], strict=True))
-
-
 def _judge_table_shape(obs: Observations) -> None:
     for (max_len, d), facts in zip(_SHAPE_CASES, obs["facts"], strict=True):
         what = f"sinusoidal_encoding({max_len}, {d})"
@@ -288,7 +291,11 @@ def _judge_table_errors(obs: Observations) -> None:
 
 
 register("sinusoidal_encoding_shape", _judge_table_shape)
-register("sinusoidal_encoding_values", _judge_table)
+judge(Compare(TABLE_VALUES, ref.sinusoidal_encoding,
+              lambda max_len, d, base: f"sinusoidal_encoding({max_len}, {d}" + (
+                  ")" if base == BASE else f", base={base:g})"), _table_suspects,
+              hint="PE[p, 2i] = sin(p / base^(2i/d_model)), PE[p, 2i+1] = cos(p / base^(2i/d_model))",
+              atol=ATOL, rtol=RTOL))
 register("sinusoidal_encoding_properties", _judge_table_properties)
 register("sinusoidal_encoding_errors", _judge_table_errors)
 
@@ -337,17 +344,11 @@ def _spe_suspects(d_model: int, max_len: int, base: float, x: Tensor) -> list[Su
     return suspects
 
 
-def _judge_spe(obs: Observations) -> None:
-    def one(out: Any, d_model: int, max_len: int, base: float, x: Tensor) -> None:
-        what = f"{_spe_call(d_model, max_len, base)} on x {tuple(x.shape)}"
-        if isinstance(out, Raised):
-            raise _crashed(out, what, _crash_hint(out, max_len, x.shape[1]))
-        judge_tensor(out, ref.SinusoidalPositionalEncoding(d_model, max_len, base)(x), what,
-                     _spe_suspects(d_model, max_len, base, x), hint="the output is x + PE[:T], T = x.shape[1]",
-                     atol=ATOL, rtol=RTOL)
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_SPE_CASES, obs["outs"], strict=True))
+judge(_Compare(
+    SPE_FORWARD, lambda d_model, max_len, base, x: ref.SinusoidalPositionalEncoding(d_model, max_len, base)(x),
+    lambda d_model, max_len, base, x: f"{_spe_call(d_model, max_len, base)} on x {tuple(x.shape)}",
+    _spe_suspects, hint="the output is x + PE[:T], T = x.shape[1]", atol=ATOL, rtol=RTOL,
+    crash_hint=lambda raised, d_model, max_len, base, x: _crash_hint(raised, max_len, x.shape[1])))
 
 
 def _is_table(shape: tuple[int, ...], max_len: int, d: int) -> bool:
@@ -428,7 +429,6 @@ def _judge_spe_contract(obs: Observations) -> None:
                     ": bfloat16 + a float32 table promotes to float32 — convert the rows you add with `.to(x.dtype)`")
 
 
-register("SinusoidalPositionalEncoding_forward", _judge_spe)
 register("SinusoidalPositionalEncoding_buffer", _judge_spe_buffer)
 register("SinusoidalPositionalEncoding_max_len", _judge_spe_max_len)
 register("SinusoidalPositionalEncoding_contract", _judge_spe_contract)
@@ -485,17 +485,11 @@ def _learned_suspects(max_len: int, d: int, x: Tensor, seed: int) -> list[Suspec
     ]
 
 
-def _judge_learned(obs: Observations) -> None:
-    def one(out: Any, max_len: int, d: int, x: Tensor, seed: int) -> None:
-        what = f"LearnedPositionalEmbedding({max_len}, {d}) on x {tuple(x.shape)}"
-        if isinstance(out, Raised):
-            raise _crashed(out, what, _crash_hint(out, max_len, x.shape[1]))
-        expected = x + _learned_weights(max_len, d, seed)[: x.shape[1]]
-        judge_tensor(out, expected, what, _learned_suspects(max_len, d, x, seed),
-                     hint="the output is x + table(torch.arange(T)): row t of the table is added at position t")
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_LEARNED_CASES, obs["outs"], strict=True))
+judge(_Compare(LEARNED_FORWARD, lambda max_len, d, x, seed: x + _learned_weights(max_len, d, seed)[: x.shape[1]],
+               lambda max_len, d, x, seed: f"LearnedPositionalEmbedding({max_len}, {d}) on x {tuple(x.shape)}",
+               _learned_suspects,
+               hint="the output is x + table(torch.arange(T)): row t of the table is added at position t",
+               crash_hint=lambda raised, max_len, d, x, seed: _crash_hint(raised, max_len, x.shape[1])))
 
 
 def _judge_learned_gradients(obs: Observations) -> None:
@@ -515,7 +509,6 @@ def _judge_learned_gradients(obs: Observations) -> None:
 
 
 register("LearnedPositionalEmbedding_table", _judge_learned_table)
-register("LearnedPositionalEmbedding_forward", _judge_learned)
 register("LearnedPositionalEmbedding_gradients", _judge_learned_gradients)
 register("LearnedPositionalEmbedding_max_len",
          lambda obs: _judge_max_len(obs, "LearnedPositionalEmbedding(10, 8)", 8, 10))
@@ -599,8 +592,9 @@ def _rope_call(x: Tensor, positions: Tensor | None, base: float) -> str:
     return text + ("" if base == BASE else f", base={base:g}") + ")"
 
 
-def _rope_crash_hint(raised: Raised, x: Tensor, positions: Tensor | None) -> tuple[str, str | None]:
-    """What a crash of apply_rotary most likely means, and the mistake's name; ('', None) if unknown."""
+def _rope_crash_hint(raised: Raised, x: Tensor, positions: Tensor | None, base: float) -> tuple[str, str | None]:
+    """What a crash of apply_rotary on the case (x, positions, base) most likely means, and the mistake's name;
+    ('', None) if unknown."""
     if raised.type != "RuntimeError":
         return "", None
     if positions is not None and positions.dim() > 1:
@@ -612,24 +606,12 @@ def _rope_crash_hint(raised: Raised, x: Tensor, positions: Tensor | None) -> tup
     return "", None
 
 
-def _judge_rope(cases: list[tuple[Tensor, Tensor | None, float]]) -> Callable[[Observations], None]:
-    def one(out: Any, x: Tensor, positions: Tensor | None, base: float) -> None:
-        what = _rope_call(x, positions, base)
-        if isinstance(out, Raised):
-            raise _crashed(out, what, _rope_crash_hint(out, x, positions))
-        judge_tensor(out, ref.apply_rotary(x, positions, base), what, _rope_suspects(x, positions, base),
-                     hint="rotate each pair (x[..., 2i], x[..., 2i+1]) at position p by the angle p · base^(-2i/d), "
-                     "counter-clockwise", atol=ATOL, rtol=RTOL)
-
-    def judge(obs: Observations) -> None:
-        judge_cases((out, lambda out, case=case: one(out, *case))
-                    for case, out in zip(cases, obs["outs"], strict=True))
-
-    return judge
-
-
-register("apply_rotary_values", _judge_rope(_ROPE_CASES))
-register("apply_rotary_positions", _judge_rope(_ROPE_POSITION_CASES))
+_ROPE_HINT = ("rotate each pair (x[..., 2i], x[..., 2i+1]) at position p by the angle p · base^(-2i/d), "
+              "counter-clockwise")
+judge(_Compare(ROPE_VALUES, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
+               crash_hint=_rope_crash_hint))
+judge(_Compare(ROPE_POSITIONS, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
+               crash_hint=_rope_crash_hint))
 
 
 def _judge_rope_relative(obs: Observations) -> None:
