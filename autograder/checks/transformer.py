@@ -29,9 +29,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from autograder.checks.core import (
+    Check,
     Observations,
     Raised,
     attempt,
+    declare,
     linear_facts,
     plain,
     probe_answers,
@@ -267,13 +269,6 @@ def _run_layer(cls: Any, case: LayerCase, norm_first: bool) -> Any:
     return _call_layer(_build_layer(cls, case, norm_first).eval(), case)
 
 
-def _probe_layer(cases: list[tuple[LayerCase, bool]]) -> Callable[[Any], Observations]:
-    def probe(student: Any) -> Observations:
-        return {"outs": [attempt(lambda case=case, nf=nf: _run_layer(student, case, nf)) for case, nf in cases]}
-
-    return probe
-
-
 def _probe_parts(kind: str) -> Callable[[Any], Observations]:
     def facts(student: Any, norm_first: bool) -> dict[str, Any]:
         layer = student(16, 4, 24, dropout=0.1, norm_first=norm_first)
@@ -325,19 +320,16 @@ _ENC_VALUE_CASES = [
     LayerCase(12, 3, 20, seeded(3, 4, 12, seed=611), 612),
     LayerCase(8, 2, 16, seeded(1, 6, 8, seed=621, dtype=torch.float64), 622),
 ]
-_ENC_MASK_CASES = [
+ENC_MASK = declare(Check("EncoderLayer_src_mask", [  # (case, norm_first)
     (LayerCase(16, 4, 24, seeded(3, 6, 16, seed=631), 632, tgt_mask=_lengths_mask([6, 4, 2], 6)[:, None, :]), False),
     (LayerCase(16, 4, 24, seeded(3, 6, 16, seed=633), 634, tgt_mask=_lengths_mask([3, 6, 1], 6)[:, None, :]), True),
     (LayerCase(8, 2, 16, seeded(2, 5, 8, seed=635), 636, tgt_mask=_random_mask(2, 5, 5, seed=637)), False),
-]
-_ENC_POST = [(case, False) for case in _ENC_VALUE_CASES]
-_ENC_PRE = [(case, True) for case in _ENC_VALUE_CASES]
+], call=_run_layer))
+ENC_POST = declare(Check("EncoderLayer_post_norm", [(case, False) for case in _ENC_VALUE_CASES], call=_run_layer))
+ENC_PRE = declare(Check("EncoderLayer_pre_norm", [(case, True) for case in _ENC_VALUE_CASES], call=_run_layer))
 _ENC_DROP = LayerCase(16, 4, 24, seeded(2, 5, 16, seed=641), 642)
 
 register("EncoderLayer_parts", _probe_parts("encoder"))
-register("EncoderLayer_post_norm", _probe_layer(_ENC_POST))
-register("EncoderLayer_pre_norm", _probe_layer(_ENC_PRE))
-register("EncoderLayer_src_mask", _probe_layer(_ENC_MASK_CASES))
 register("EncoderLayer_dropout", _probe_dropout("encoder", _ENC_DROP))
 
 
@@ -354,24 +346,21 @@ _DEC_VALUE_CASES = [
     LayerCase(8, 2, 16, seeded(1, 3, 8, seed=657, dtype=torch.float64), 658,
               memory=seeded(1, 6, 8, seed=659, dtype=torch.float64)),
 ]
-_DEC_POST = [(case, False) for case in _DEC_VALUE_CASES]
-_DEC_PRE = [(case, True) for case in _DEC_VALUE_CASES]
+DEC_POST = declare(Check("DecoderLayer_post_norm", [(case, False) for case in _DEC_VALUE_CASES], call=_run_layer))
+DEC_PRE = declare(Check("DecoderLayer_pre_norm", [(case, True) for case in _DEC_VALUE_CASES], call=_run_layer))
 _M1 = _decoder_masks([5, 3, 2], [7, 4, 2], 5, 7)
 _M3 = (_causal_mask(5), _lengths_mask([5, 3], 5)[:, None, :])
-_DEC_MASK_CASES = [
+DEC_MASKS = declare(Check("DecoderLayer_masks", [  # (case, norm_first)
     (LayerCase(16, 4, 24, seeded(3, 5, 16, seed=661), 662, memory=seeded(3, 7, 16, seed=663), tgt_mask=_M1[0],
                memory_mask=_M1[1]), False),
     (LayerCase(16, 4, 24, seeded(3, 5, 16, seed=664), 665, memory=seeded(3, 7, 16, seed=666), tgt_mask=_M1[0],
                memory_mask=_M1[1]), True),
     (LayerCase(8, 2, 16, seeded(2, 5, 8, seed=667), 668, memory=seeded(2, 5, 8, seed=669), tgt_mask=_M3[0],
                memory_mask=_M3[1]), False),  # T_tgt == T_src: swapped masks and keys from the decoder still run
-]
+], call=_run_layer))
 _DEC_DROP = LayerCase(16, 4, 24, seeded(2, 5, 16, seed=671), 672, memory=seeded(2, 6, 16, seed=673))
 
 register("DecoderLayer_parts", _probe_parts("decoder"))
-register("DecoderLayer_post_norm", _probe_layer(_DEC_POST))
-register("DecoderLayer_pre_norm", _probe_layer(_DEC_PRE))
-register("DecoderLayer_masks", _probe_layer(_DEC_MASK_CASES))
 register("DecoderLayer_dropout", _probe_dropout("decoder", _DEC_DROP))
 
 
@@ -502,14 +491,14 @@ def _memory(case: ModelCase) -> Tensor:
     return seeded(case.src.shape[0], case.src.shape[1], case.config.d_model, seed=case.seed + 9)
 
 
-def _probe_model(call: str) -> Callable[[Any], Observations]:
-    def run(student: Any, case: ModelCase) -> Any:
-        model = load_model(student(case.config), case.config, case.seed).eval()
-        if call == "encode":
-            return model.encode(case.src.clone())
-        return model.decode(case.tgt_in.clone(), _memory(case), case.src.clone())
+def _loaded(student: Any, case: ModelCase) -> Any:
+    return load_model(student(case.config), case.config, case.seed).eval()
 
-    return lambda student: {"outs": [attempt(lambda case=case: run(student, case)) for case in _MODEL_CASES]}
+
+MODEL_ENCODE = declare(Check("Transformer_encode", [(case,) for case in _MODEL_CASES],
+                             call=lambda student, case: _loaded(student, case).encode(case.src.clone())))
+MODEL_DECODE = declare(Check("Transformer_decode", [(case,) for case in _MODEL_CASES], call=lambda student, case:
+                             _loaded(student, case).decode(case.tgt_in.clone(), _memory(case), case.src.clone())))
 
 
 def _build(student: Any, c: Config, seed: int = 0) -> Any:
@@ -634,8 +623,6 @@ def _probe_gradients(student: Any) -> Observations:
 
 register("Transformer_parts", _probe_model_parts)
 register("Transformer_shapes", _probe_shapes)
-register("Transformer_encode", _probe_model("encode"))
-register("Transformer_decode", _probe_model("decode"))
 register("Transformer_causal", _probe_causal)
 register("Transformer_padding", _probe_padding)
 register("Transformer_dtype_device", _probe_dtype_device)

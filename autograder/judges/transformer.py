@@ -21,29 +21,30 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention_course.testing import DTYPE_CHANGED, mistake_name
-from autograder.checks.core import Mistake, Observations, Raised, seeded
+from autograder.checks.core import Check, Mistake, Observations, Raised, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
     _DEC_DROP,
-    _DEC_MASK_CASES,
-    _DEC_POST,
-    _DEC_PRE,
     _DECODER_PASSES_CASES,
     _ENC_DROP,
-    _ENC_MASK_CASES,
-    _ENC_POST,
-    _ENC_PRE,
     _FF_CASES,
     _FF_DROP,
     _MAX_LEN_CASES,
-    _MODEL_CASES,
     _PAD_CASES,
     _PARTS_CONFIG,
     _SCORED_POSITIONS_CASES,
     _STOP_CASES,
     _TOKEN_CASES,
     CONFIG_FIELDS,
+    DEC_MASKS,
+    DEC_POST,
+    DEC_PRE,
+    ENC_MASK,
+    ENC_POST,
+    ENC_PRE,
     LAYER_PARTS,
+    MODEL_DECODE,
+    MODEL_ENCODE,
     DecodeCase,
     LayerCase,
     ModelCase,
@@ -282,7 +283,7 @@ def _norm_suspects(blocks: list[Callable], norms: list[Callable], x: Tensor, nor
     return suspects
 
 
-def _judge_layer(cases: list[tuple[LayerCase, bool]], suspects: Callable[[LayerCase, bool], list[Suspect]],
+def _judge_layer(check: Check, suspects: Callable[[LayerCase, bool], list[Suspect]],
                  hint: Callable[[LayerCase, bool], str]) -> Callable[[Observations], None]:
     def one(out: Any, case: LayerCase, norm_first: bool) -> None:
         what = case.what(norm_first)
@@ -296,7 +297,7 @@ def _judge_layer(cases: list[tuple[LayerCase, bool]], suspects: Callable[[LayerC
 
     def judge(obs: Observations) -> None:
         judge_cases((out, lambda out, case=case: one(out, *case))
-                    for case, out in zip(cases, obs["outs"], strict=True))
+                    for case, out in zip(check.cases, obs[check.key], strict=True))
 
     return judge
 
@@ -385,9 +386,9 @@ def _encoder_hint(case: LayerCase, norm_first: bool) -> str:
 
 
 register("EncoderLayer_parts", _judge_parts("encoder"))
-register("EncoderLayer_post_norm", _judge_layer(_ENC_POST, _encoder_suspects, _encoder_hint))
-register("EncoderLayer_pre_norm", _judge_layer(_ENC_PRE, _encoder_suspects, _encoder_hint))
-register("EncoderLayer_src_mask", _judge_layer(_ENC_MASK_CASES, _encoder_suspects, _encoder_hint))
+register("EncoderLayer_post_norm", _judge_layer(ENC_POST, _encoder_suspects, _encoder_hint))
+register("EncoderLayer_pre_norm", _judge_layer(ENC_PRE, _encoder_suspects, _encoder_hint))
+register("EncoderLayer_src_mask", _judge_layer(ENC_MASK, _encoder_suspects, _encoder_hint))
 register("EncoderLayer_dropout", _judge_dropout("EncoderLayer", _ENC_DROP))
 
 
@@ -453,9 +454,9 @@ def _decoder_hint(case: LayerCase, norm_first: bool) -> str:
 
 
 register("DecoderLayer_parts", _judge_parts("decoder"))
-register("DecoderLayer_post_norm", _judge_layer(_DEC_POST, _decoder_suspects, _decoder_hint))
-register("DecoderLayer_pre_norm", _judge_layer(_DEC_PRE, _decoder_suspects, _decoder_hint))
-register("DecoderLayer_masks", _judge_layer(_DEC_MASK_CASES, _decoder_suspects, _decoder_hint))
+register("DecoderLayer_post_norm", _judge_layer(DEC_POST, _decoder_suspects, _decoder_hint))
+register("DecoderLayer_pre_norm", _judge_layer(DEC_PRE, _decoder_suspects, _decoder_hint))
+register("DecoderLayer_masks", _judge_layer(DEC_MASKS, _decoder_suspects, _decoder_hint))
 register("DecoderLayer_dropout", _judge_dropout("DecoderLayer", _DEC_DROP))
 
 
@@ -599,7 +600,7 @@ def _judge_encode(obs: Observations) -> None:
                          "padding mask" + ("; a final LayerNorm" if case.config.norm_first else ""))
 
     judge_cases((out, lambda out, case=case: one(out, case))
-                for case, out in zip(_MODEL_CASES, obs["outs"], strict=True))
+                for (case,), out in zip(MODEL_ENCODE.cases, obs[MODEL_ENCODE.key], strict=True))
 
 
 def _judge_decode(obs: Observations) -> None:
@@ -629,7 +630,7 @@ def _judge_decode(obs: Observations) -> None:
                          "causal & target padding mask and the source padding mask as memory_mask")
 
     judge_cases((out, lambda out, case=case: one(out, case))
-                for case, out in zip(_MODEL_CASES, obs["outs"], strict=True))
+                for (case,), out in zip(MODEL_DECODE.cases, obs[MODEL_DECODE.key], strict=True))
 
 
 def _judge_model_parts(obs: Observations) -> None:
