@@ -349,37 +349,43 @@ class Compare:
     item names its ``parts``, ``(index, label)`` in the order they are judged: item ``index`` is "the <label>
     of <what>", against the same item of the reference and of each suspect. ``guard(out, what, *case)`` runs
     first and raises :class:`Mistake` for a result of the wrong form (not a pair, the pair swapped...).
+    ``hint`` is a text or a function of the case; ``crashed(raised, what, *case)`` gives the :class:`Mistake`
+    of a call that raised, when a chapter can tell what a crash most likely means (default: what it raised).
     """
 
     check: Check
     reference: Callable[..., Any]
     what: Callable[..., str]
     suspects: Callable[..., list[Suspect]] = no_suspects
-    hint: str = ""
+    hint: str | Callable[..., str] = ""
     atol: float = 1e-5
     rtol: float = 1e-4
     pick: Callable[[Any], Any] = identity
     parts: Sequence[tuple[int, str]] = ()
     guard: Callable[..., None] | None = None
+    crashed: Callable[..., Mistake] | None = None
 
     def __call__(self, obs: Observations) -> None:
         judge_cases((out, lambda out, case=case: self.judge_one(out, *case))
                     for case, out in zip(self.check.cases, obs[self.check.key], strict=True))
 
+    def hint_for(self, *case: Any) -> str:
+        return self.hint(*case) if callable(self.hint) else self.hint
+
     def judge_one(self, out: Any, *case: Any) -> None:
         what = self.what(*case)
         if isinstance(out, Raised):
-            raise Mistake(f"{what} {out.describe()}")
+            raise self.crashed(out, what, *case) if self.crashed else Mistake(f"{what} {out.describe()}")
         if self.guard is not None:
             self.guard(out, what, *case)
-        expected, suspects = self.reference(*case), self.suspects(*case)
+        expected, suspects, hint = self.reference(*case), self.suspects(*case), self.hint_for(*case)
         if not self.parts:
             if self.pick is not identity:
                 suspects = [Suspect(s.message, s.name, lambda s=s: self.pick(s.produce())) for s in suspects]
-            judge_tensor(self.pick(out), self.pick(expected), what, suspects, self.hint, self.atol, self.rtol)
+            judge_tensor(self.pick(out), self.pick(expected), what, suspects, hint, self.atol, self.rtol)
         for index, label in self.parts:
             judge_tensor(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
-                         self.hint, self.atol, self.rtol)
+                         hint, self.atol, self.rtol)
 
 
 def judge(compare: Compare) -> Compare:

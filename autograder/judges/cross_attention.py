@@ -9,7 +9,6 @@ that a failing learner is told which mistake it looks like.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -142,14 +141,6 @@ def _cross_hint(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, see
         if mask is not None and not mask.any(dim=-1).all() else "")
 
 
-@dataclass(frozen=True)
-class _CompareWithCaseHint(Compare):
-    """:class:`Compare` whose ``hint`` is a function of the case: what the memory mask adds to it."""
-
-    def judge_one(self, out: Any, *case: Any) -> None:
-        Compare.judge_one(replace(self, hint=self.hint(*case)), out, *case)
-
-
 def _judge_cross_errors(obs: Observations) -> None:
     judge_value_error(obs["batch"], "CrossAttention(16, 8) on x (2, 3, 16) and memory (5, 4, 16) of different "
                        "batch sizes", ("2", "5"))
@@ -160,10 +151,10 @@ def _judge_cross_errors(obs: Observations) -> None:
 register("CrossAttention_projections", lambda obs: judge_projections(obs, "CrossAttention"))
 register("CrossAttention_shapes", _judge_cross_shapes)
 _WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
-judge(_CompareWithCaseHint(CROSS_FORWARD, _cross_reference, _describe, _cross_mistakes, _cross_hint,
-                           parts=_WEIGHTS_THEN_OUTPUT, guard=_check_pair))
-judge(_CompareWithCaseHint(CROSS_MASK, _cross_reference, _describe, _cross_mistakes, _cross_hint,
-                           parts=_WEIGHTS_THEN_OUTPUT, guard=_check_pair))
+judge(Compare(CROSS_FORWARD, _cross_reference, _describe, _cross_mistakes, _cross_hint, parts=_WEIGHTS_THEN_OUTPUT,
+              guard=_check_pair))
+judge(Compare(CROSS_MASK, _cross_reference, _describe, _cross_mistakes, _cross_hint, parts=_WEIGHTS_THEN_OUTPUT,
+              guard=_check_pair))
 register("CrossAttention_gradients",
          contract_check(_cross_contract_call(ref.CrossAttention), _CROSS_CONTRACT, 334, "CrossAttention"))
 register("CrossAttention_errors", _judge_cross_errors)

@@ -108,12 +108,11 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
 
 @dataclass(frozen=True)
 class CompareMasks(Compare):
-    """:class:`Compare` for masks: each case's result has exactly the values of the reference (:func:`judge_mask`);
-    ``hint`` may be a function of the case. ``pick``, ``parts`` and ``guard`` are not used."""
+    """:class:`Compare` for masks: each case's result has exactly the values of the reference (:func:`judge_mask`).
+    ``pick``, ``parts``, ``guard`` and ``crashed`` are not used."""
 
     def judge_one(self, out: Any, *case: Any) -> None:
-        hint = self.hint(*case) if callable(self.hint) else self.hint
-        judge_mask(out, self.reference(*case), self.what(*case), self.suspects(*case), hint)
+        judge_mask(out, self.reference(*case), self.what(*case), self.suspects(*case), self.hint_for(*case))
 
 
 def _judge_bool(facts: Any, what: str) -> None:

@@ -80,15 +80,6 @@ def _raised(raised: Raised, what: str) -> Mistake:
     return Mistake(f"{what} {raised.describe()}{hint}", name)
 
 
-class _Compare(Compare):
-    """:class:`Compare`, a crash told with what it most likely means (:func:`_raised`)."""
-
-    def judge_one(self, out: Any, *case: Any) -> None:
-        if isinstance(out, Raised):
-            raise _raised(out, self.what(*case))
-        super().judge_one(out, *case)
-
-
 def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
     """Only the shape of ``got``. A wrong shape is named by the suspect whose values it has, or else by the one
     suspect of that shape, when only one has it (two mistakes of one shape are told apart by their values)."""
@@ -188,11 +179,15 @@ def _merge_call(h: Tensor) -> str:
     return f"merge_heads(x {tuple(h.shape)})"
 
 
+def _merge_crashed(raised: Raised, what: str, *case: Any) -> Mistake:
+    return _raised(raised, what)
+
+
 _MERGE_HINT = "head h fills the features h·d_head .. (h+1)·d_head - 1 of every position"
-judge(_Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT))
-judge(_Compare(MERGE_ROUNDTRIP, lambda x, n: x,
-               lambda x, n: f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,",
-               lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT))
+judge(Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT, crashed=_merge_crashed))
+judge(Compare(MERGE_ROUNDTRIP, lambda x, n: x,
+              lambda x, n: f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,",
+              lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT, crashed=_merge_crashed))
 
 
 def _judge_merge_errors(obs: Observations) -> None:

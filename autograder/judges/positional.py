@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -100,17 +99,9 @@ def _crashed(raised: Raised, what: str, hint: tuple[str, str | None]) -> Mistake
     return Mistake(f"{what} {raised.describe()}{hint[0]}", hint[1])
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Compare(Compare):
-    """:class:`Compare`, a crash told with what it most likely means: ``crash_hint(raised, *case)``, as
-    :func:`_crash_hint` gives it."""
-
-    crash_hint: Callable[..., tuple[str, str | None]]
-
-    def judge_one(self, out: Any, *case: Any) -> None:
-        if isinstance(out, Raised):
-            raise _crashed(out, self.what(*case), self.crash_hint(out, *case))
-        super().judge_one(out, *case)
+def _told(crash_hint: Callable[..., tuple[str, str | None]]) -> Callable[..., Mistake]:
+    """``Compare.crashed`` from ``crash_hint(raised, *case)``: a crash told with what it most likely means."""
+    return lambda raised, what, *case: _crashed(raised, what, crash_hint(raised, *case))
 
 
 def _crash_hint(raised: Raised, max_len: int | None = None, t: int | None = None) -> tuple[str, str | None]:
@@ -344,11 +335,11 @@ def _spe_suspects(d_model: int, max_len: int, base: float, x: Tensor) -> list[Su
     return suspects
 
 
-judge(_Compare(
+judge(Compare(
     SPE_FORWARD, lambda d_model, max_len, base, x: ref.SinusoidalPositionalEncoding(d_model, max_len, base)(x),
     lambda d_model, max_len, base, x: f"{_spe_call(d_model, max_len, base)} on x {tuple(x.shape)}",
     _spe_suspects, hint="the output is x + PE[:T], T = x.shape[1]", atol=ATOL, rtol=RTOL,
-    crash_hint=lambda raised, d_model, max_len, base, x: _crash_hint(raised, max_len, x.shape[1])))
+    crashed=_told(lambda raised, d_model, max_len, base, x: _crash_hint(raised, max_len, x.shape[1]))))
 
 
 def _is_table(shape: tuple[int, ...], max_len: int, d: int) -> bool:
@@ -485,11 +476,11 @@ def _learned_suspects(max_len: int, d: int, x: Tensor, seed: int) -> list[Suspec
     ]
 
 
-judge(_Compare(LEARNED_FORWARD, lambda max_len, d, x, seed: x + _learned_weights(max_len, d, seed)[: x.shape[1]],
-               lambda max_len, d, x, seed: f"LearnedPositionalEmbedding({max_len}, {d}) on x {tuple(x.shape)}",
-               _learned_suspects,
-               hint="the output is x + table(torch.arange(T)): row t of the table is added at position t",
-               crash_hint=lambda raised, max_len, d, x, seed: _crash_hint(raised, max_len, x.shape[1])))
+judge(Compare(LEARNED_FORWARD, lambda max_len, d, x, seed: x + _learned_weights(max_len, d, seed)[: x.shape[1]],
+              lambda max_len, d, x, seed: f"LearnedPositionalEmbedding({max_len}, {d}) on x {tuple(x.shape)}",
+              _learned_suspects,
+              hint="the output is x + table(torch.arange(T)): row t of the table is added at position t",
+              crashed=_told(lambda raised, max_len, d, x, seed: _crash_hint(raised, max_len, x.shape[1]))))
 
 
 def _judge_learned_gradients(obs: Observations) -> None:
@@ -608,10 +599,10 @@ def _rope_crash_hint(raised: Raised, x: Tensor, positions: Tensor | None, base: 
 
 _ROPE_HINT = ("rotate each pair (x[..., 2i], x[..., 2i+1]) at position p by the angle p · base^(-2i/d), "
               "counter-clockwise")
-judge(_Compare(ROPE_VALUES, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
-               crash_hint=_rope_crash_hint))
-judge(_Compare(ROPE_POSITIONS, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
-               crash_hint=_rope_crash_hint))
+judge(Compare(ROPE_VALUES, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
+              crashed=_told(_rope_crash_hint)))
+judge(Compare(ROPE_POSITIONS, ref.apply_rotary, _rope_call, _rope_suspects, hint=_ROPE_HINT, atol=ATOL, rtol=RTOL,
+              crashed=_told(_rope_crash_hint)))
 
 
 def _judge_rope_relative(obs: Observations) -> None:
