@@ -347,22 +347,29 @@ def linear_facts(layer: Any) -> dict[str, Any]:
     return {"type": "Linear", "weight": tuple(layer.weight.shape), "bias": layer.bias is not None}
 
 
-def probe_projections(student: Any) -> Observations:
-    """What the attention modules of chapters 1-3 must hold: w_q, w_k (d_model -> d_k), w_v (d_model -> d_v)."""
-    obs = {}
-    for label, args, kwargs in PROJECTION_CASES:
-        try:
-            module = student(*args, **kwargs)
-        except Exception as err:
-            obs[label] = Raised(type(err).__name__, str(err))
-            continue
-        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v")}
-        obs[label]["is_module"] = isinstance(module, nn.Module)
-    return obs
+def probe_layers(cases: Sequence[tuple[str, tuple, dict]], names: Sequence[str]) -> Probe:
+    """The probe of a module's layers: for each case ``(label, args, kwargs)``, whether ``student(*args,
+    **kwargs)`` is an nn.Module and the :func:`linear_facts` of each of its attributes ``names``."""
+
+    def probe(student: Any) -> Observations:
+        obs = {}
+        for label, args, kwargs in cases:
+            try:
+                module = student(*args, **kwargs)
+            except Exception as err:
+                obs[label] = Raised(type(err).__name__, str(err))
+                continue
+            obs[label] = {name: linear_facts(getattr(module, name, None)) for name in names}
+            obs[label]["is_module"] = isinstance(module, nn.Module)
+        return obs
+
+    return probe
 
 
 #: (label, args, kwargs) of the modules probe_projections builds: d_model 12, d_k 5, then d_v 7 with bias.
 PROJECTION_CASES = (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": True}))
+#: What the attention modules of chapters 1-3 must hold: w_q, w_k (d_model -> d_k), w_v (d_model -> d_v).
+probe_projections = probe_layers(PROJECTION_CASES, ("w_q", "w_k", "w_v"))
 
 
 def probe_answers(cases: Sequence[tuple]) -> Probe:

@@ -83,12 +83,10 @@ CROSS_MASK = declare(Check("CrossAttention_memory_mask", [
 ], call=_run_cross, key="results"))
 
 
-def _probe_cross_errors(student: Any) -> Observations:
-    x = seeded(2, 3, 16, seed=326)
-    return {
-        "batch": attempt(lambda: student(16, 8)(x, seeded(5, 4, 16, seed=327))),
-        "d_model": attempt(lambda: student(16, 8)(x, seeded(2, 4, 12, seed=328))),
-    }
+_X = seeded(2, 3, 16, seed=326)
+CROSS_ERRORS = declare(Check("CrossAttention_errors", [  # (x, memory): memory of another batch size, of another width
+    (_X, seeded(5, 4, 16, seed=327)), (_X, seeded(2, 4, 12, seed=328))],
+    call=lambda student, x, memory: student(16, 8)(x, memory), key="raised"))
 
 
 _CROSS_GRAD_SHAPE = (6, 4, 3, 331)  # d_model, d_k, d_v, seed; no mask: the memory_mask check has its own cell
@@ -107,7 +105,6 @@ def _cross_contract_call(cls: Any) -> Callable[..., Any]:
 register("CrossAttention_projections", probe_projections)
 register("CrossAttention_gradients",
          lambda student: observe_contract(_cross_contract_call(student), _CROSS_CONTRACT, seed=334))
-register("CrossAttention_errors", _probe_cross_errors)
 
 
 # ================================================================ shift_right
@@ -130,7 +127,7 @@ _SHIFT_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.i
 
 register("shift_right_contract",
          lambda student: _probe_token_contract(lambda tgt: student(tgt, 1), _SHIFT_CONTRACT))
-register("shift_right_errors", lambda student: {"raised": attempt(lambda: student(torch.arange(7), 1))})
+SHIFT_ERRORS = declare(Check("shift_right_errors", [(torch.arange(7), 1)], key="raised"))  # tgt of shape (7,)
 
 
 # ================================================================ teacher_forcing_pair
@@ -150,7 +147,7 @@ _TF_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int3
 
 register("teacher_forcing_pair_contract",
          lambda student: _probe_token_contract(lambda tgt: student(tgt, 1, 2, 0), _TF_CONTRACT))
-register("teacher_forcing_pair_errors", lambda student: {"raised": attempt(lambda: student(torch.arange(7), 1, 2, 0))})
+TF_ERRORS = declare(Check("teacher_forcing_pair_errors", [(torch.arange(7), 1, 2, 0)], key="raised"))  # tgt (7,)
 
 
 # ================================================================ sequence_cross_entropy
@@ -196,14 +193,12 @@ def _ce_contract_call(function: Any) -> Callable[..., Any]:
     return call
 
 
-def _probe_ce_errors(student: Any) -> Observations:
-    return {"raised": attempt(lambda: student(seeded(2, 5, 7, seed=372), torch.zeros(2, 4, dtype=torch.long), 0))}
-
+CE_ERRORS = declare(Check("sequence_cross_entropy_errors", [  # targets (2, 4) for logits (2, 5, 7)
+    (seeded(2, 5, 7, seed=372), torch.zeros(2, 4, dtype=torch.long), 0)], key="raised"))
 
 register("sequence_cross_entropy_ignores_pads", _probe_ce_pads)
 register("sequence_cross_entropy_gradients",
          lambda student: observe_contract(_ce_contract_call(student), _CE_CONTRACT, seed=373))
-register("sequence_cross_entropy_errors", _probe_ce_errors)
 
 
 # ================================================================ concept checks

@@ -53,12 +53,9 @@ def _probe_causal_dtype_device(student: Any) -> Observations:
     }
 
 
-def _probe_causal_errors(student: Any) -> Observations:
-    return {"more_queries": attempt(lambda: student(5, 3)), "one_key": attempt(lambda: student(2, 1))}
-
+CAUSAL_ERRORS = declare(Check("causal_mask_errors", [(5, 3), (2, 1)], key="raised"))  # (t_q, t_k): t_q > t_k
 
 register("causal_mask_dtype_device", _probe_causal_dtype_device)
-register("causal_mask_errors", _probe_causal_errors)
 
 
 # ================================================================ padding_mask
@@ -87,15 +84,10 @@ def _probe_padding_shape(student: Any) -> Observations:
     }
 
 
-_PADDING_ERRORS = [torch.tensor([1, 2, 0, 0, 0]), torch.zeros(2, 3, 4, dtype=torch.long)]
-
-
-def _probe_padding_errors(student: Any) -> Observations:
-    return {"raised": [attempt(lambda t=t: student(t.clone(), 0)) for t in _PADDING_ERRORS]}
-
+PADDING_ERRORS = declare(Check("padding_mask_errors", [  # 1-D and 3-D tokens
+    (torch.tensor([1, 2, 0, 0, 0]), 0), (torch.zeros(2, 3, 4, dtype=torch.long), 0)], key="raised"))
 
 register("padding_mask_shape", _probe_padding_shape)
-register("padding_mask_errors", _probe_padding_errors)
 
 
 # ================================================================ combine_masks
@@ -130,16 +122,10 @@ COMBINE_NONE = declare(Check("combine_masks_none", [  # (what the call is called
 ], call=lambda student, _what, *masks: student(*masks)))
 
 
-def _probe_combine_errors(student: Any) -> Observations:
-    causal = _tril(4, 4)
-    return {
-        "float": attempt(lambda: student(causal.clone(), torch.ones(4, 4))),
-        "int": attempt(lambda: student(torch.ones(2, 1, 4, dtype=torch.int64), causal.clone())),
-    }
-
+COMBINE_ERRORS = declare(Check("combine_masks_errors", [  # a float mask, an int64 mask
+    (_tril(4, 4), torch.ones(4, 4)), (torch.ones(2, 1, 4, dtype=torch.int64), _tril(4, 4))], key="raised"))
 
 register("combine_masks_and", _probe_combine)
-register("combine_masks_errors", _probe_combine_errors)
 
 
 # ================================================================ additive_mask
@@ -163,15 +149,11 @@ def _probe_additive_dtype_device(student: Any) -> Observations:
     }
 
 
-def _probe_additive_errors(student: Any) -> Observations:
-    return {
-        "float": attempt(lambda: student(torch.ones(3, 3))),
-        "int_dtype": attempt(lambda: student(_tril(3, 3), dtype=torch.int64)),
-    }
-
+ADDITIVE_ERRORS = declare(Check("additive_mask_errors", [  # (mask, dtype or None): a float mask, an integer dtype
+    (torch.ones(3, 3), None), (_tril(3, 3), torch.int64)],
+    call=lambda student, mask, dtype: student(mask) if dtype is None else student(mask, dtype=dtype), key="raised"))
 
 register("additive_mask_dtype_device", _probe_additive_dtype_device)
-register("additive_mask_errors", _probe_additive_errors)
 
 
 # ================================================================ CausalSelfAttention

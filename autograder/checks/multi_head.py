@@ -21,12 +21,11 @@ from torch import Tensor, nn
 from autograder.checks.core import (
     Check,
     Observations,
-    Raised,
     attempt,
     declare,
-    linear_facts,
     observe_contract,
     probe_answers,
+    probe_layers,
     register,
     seeded,
     seeded_mask,
@@ -47,11 +46,7 @@ SPLIT_SHAPE = declare(Check("split_heads_shape", SPLIT_CASES))
 SPLIT_VALUES = declare(Check("split_heads_values", SPLIT_CASES))
 
 
-def _probe_split_errors(student: Any) -> Observations:
-    return {"raised": attempt(lambda: student(seeded(2, 3, 10, seed=405), 4))}
-
-
-register("split_heads_errors", _probe_split_errors)
+SPLIT_ERRORS = declare(Check("split_heads_errors", [(seeded(2, 3, 10, seed=405), 4)], key="raised"))  # 10 % 4
 
 
 # ================================================================ merge_heads
@@ -75,11 +70,7 @@ MERGE_ROUNDTRIP = declare(Check("merge_heads_roundtrip", [  # (x, n_heads): merg
 ], call=lambda student, x, n: student(_split_heads(x, n))))
 
 
-def _probe_merge_errors(student: Any) -> Observations:
-    return {"raised": attempt(lambda: student(seeded(2, 7, 9, seed=418)))}
-
-
-register("merge_heads_errors", _probe_merge_errors)
+MERGE_ERRORS = declare(Check("merge_heads_errors", [(seeded(2, 7, 9, seed=418),)], key="raised"))  # 3-D heads
 
 
 # ================================================================ MultiHeadAttention: building and calling
@@ -131,19 +122,6 @@ def _run(student: Any, d_model: int, n: int, bias: bool, query: Tensor, key: Ten
 
 # ================================================================ MultiHeadAttention: projections and shapes
 
-def _probe_projections(student: Any) -> Observations:
-    obs = {}
-    for label, kwargs in (("default", {}), ("no_bias", {"bias": False})):
-        try:
-            module = student(24, 4, **kwargs)
-        except Exception as err:
-            obs[label] = Raised(type(err).__name__, str(err))
-            continue
-        obs[label] = {name: linear_facts(getattr(module, name, None)) for name in NAMES}
-        obs[label]["is_module"] = isinstance(module, nn.Module)
-    return obs
-
-
 SHAPE_SEED = 426
 MHA_SHAPES = declare(Check("MultiHeadAttention_shapes", [  # (d_model, n_heads, query, key): value is key
     (16, 4, seeded(2, 5, 16, seed=421), seeded(2, 7, 16, seed=422)),
@@ -152,7 +130,8 @@ MHA_SHAPES = declare(Check("MultiHeadAttention_shapes", [  # (d_model, n_heads, 
 ], call=lambda student, d_model, n, query, key: _run(
     student, d_model, n, True, query, key, key, None, SHAPE_SEED), key="results"))
 
-register("MultiHeadAttention_projections", _probe_projections)
+register("MultiHeadAttention_projections",
+         probe_layers((("default", (24, 4), {}), ("no_bias", (24, 4), {"bias": False})), NAMES))
 
 
 # ================================================================ MultiHeadAttention: values

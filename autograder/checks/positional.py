@@ -67,14 +67,12 @@ def _probe_table_properties(student: Any) -> Observations:
     }
 
 
-_TABLE_ERRORS = [(10, 7), (6, 5), (0, 8), (5, -2)]
+TABLE_ERRORS = declare(Check("sinusoidal_encoding_errors", [(10, 7), (6, 5), (0, 8), (5, -2)], key="raised"))
 
 
 register("sinusoidal_encoding_shape",
          lambda student: {"facts": [attempt_facts(lambda c=c: student(*c)) for c in _SHAPE_CASES]})
 register("sinusoidal_encoding_properties", _probe_table_properties)
-register("sinusoidal_encoding_errors",
-         lambda student: {"raised": [attempt(lambda c=c: student(*c)) for c in _TABLE_ERRORS]})
 
 
 # ================================================================ SinusoidalPositionalEncoding
@@ -272,14 +270,11 @@ def _probe_rope_contract(student: Any) -> Observations:
     return obs
 
 
-def _probe_rope_errors(student: Any) -> Observations:
-    return {"odd": attempt(lambda: student(seeded(2, 5, 7, seed=544))),
-            "odd_heads": attempt(lambda: student(seeded(2, 2, 3, 5, seed=545)))}
-
+ROPE_ERRORS = declare(Check("apply_rotary_errors", [(seeded(2, 5, 7, seed=544),), (seeded(2, 2, 3, 5, seed=545),)],
+                           key="raised"))  # odd widths, without and with a head axis
 
 register("apply_rotary_relative", _probe_rope_relative)
 register("apply_rotary_contract", _probe_rope_contract)
-register("apply_rotary_errors", _probe_rope_errors)
 
 
 # ================================================================ concept checks

@@ -351,6 +351,8 @@ class Compare:
     first and raises :class:`Mistake` for a result of the wrong form (not a pair, the pair swapped...).
     ``hint`` is a text or a function of the case; ``crashed(raised, what, *case)`` gives the :class:`Mistake`
     of a call that raised, when a chapter can tell what a crash most likely means (default: what it raised).
+    ``compare(actual, expected, what, suspects, hint, atol, rtol)`` judges one result, or one part of it, once
+    the guard has passed (default: :func:`judge_tensor`; masks, say, are compared exactly instead).
     """
 
     check: Check
@@ -364,6 +366,7 @@ class Compare:
     parts: Sequence[tuple[int, str]] = ()
     guard: Callable[..., None] | None = None
     crashed: Callable[..., Mistake] | None = None
+    compare: Callable[..., None] = judge_tensor
 
     def __call__(self, obs: Observations) -> None:
         judge_cases((out, lambda out, case=case: self.judge_one(out, *case))
@@ -382,9 +385,9 @@ class Compare:
         if not self.parts:
             if self.pick is not identity:
                 suspects = [Suspect(s.message, s.name, lambda s=s: self.pick(s.produce())) for s in suspects]
-            judge_tensor(self.pick(out), self.pick(expected), what, suspects, hint, self.atol, self.rtol)
+            self.compare(self.pick(out), self.pick(expected), what, suspects, hint, self.atol, self.rtol)
         for index, label in self.parts:
-            judge_tensor(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
+            self.compare(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
                          hint, self.atol, self.rtol)
 
 
@@ -408,21 +411,7 @@ def judge_contract(
     for name, message in (forbidden or {}).items():
         if name in called:
             raise Mistake(f"{function} calls torch's `{name}` — {message}", LIBRARY_CALL)
-    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
-        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(
-            f"{function} modified its input {names} in place — use out-of-place operations "
-            f"(`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)", MODIFIED_IN_PLACE)
-    if obs["raised"] is not None:
-        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
-    if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
-        raise Mistake(
-            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype: no `.float()`, "
-            f"no hard-coded `dtype=torch.float32`", DTYPE_CHANGED)
-    if not obs["requires_grad"]:
-        raise Mistake(
-            f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
-            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`", GRAPH_CUT)
+    judge_contract_basics(obs, function)
     leaves = {
         name: (t.detach().clone().requires_grad_(True) if t.is_floating_point() else t.clone())
         for name, t in inputs.items()
@@ -450,6 +439,29 @@ def judge_contract(
                      "values safe before the operation, not after")
 
 
+def judge_contract_basics(
+    obs: Observations, function: str,
+    out_of_place: str = " (`q = q / s`, not `q /= s`; `masked_fill`, not `masked_fill_`)",
+) -> None:
+    """The verdicts every contract check starts with, on what :func:`~autograder.checks.core.observe_contract`
+    recorded: no input modified in place (``out_of_place`` follows "use out-of-place operations" in that
+    message), no crash, float64 kept, the output still in the graph."""
+    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
+        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
+        raise Mistake(f"{function} modified its input {names} in place — use out-of-place operations{out_of_place}",
+                      MODIFIED_IN_PLACE)
+    if obs["raised"] is not None:
+        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
+    if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
+        raise Mistake(
+            f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype: no `.float()`, "
+            f"no hard-coded `dtype=torch.float32`", DTYPE_CHANGED)
+    if not obs["requires_grad"]:
+        raise Mistake(
+            f"{function}'s output is cut off from the graph (requires_grad is False) — avoid `.detach()`, "
+            f"`.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`", GRAPH_CUT)
+
+
 def contract_check(reference: Callable[..., Any], inputs: dict[str, Tensor], seed: int, function: str,
                    forbidden: dict[str, str] | None = None) -> Judge:
     """The judge of a check whose probe is ``observe_contract(call, inputs, seed)``."""
@@ -470,6 +482,21 @@ def judge_value_error(raised: Any, what: str, must_mention: tuple[str, ...], mis
     missing = [word for word in must_mention if word.lower() not in raised.message.lower()]
     if missing:
         raise Mistake(f"{what}: the ValueError should mention {missing}; its message was {raised.message!r}")
+
+
+def value_errors(check: Check, expected: Sequence[tuple[str, tuple[str, ...]]]) -> Judge:
+    """The judge of a declared check whose every case must raise ValueError: ``expected`` holds, case by case,
+    the words that name the call in a message and the words the ValueError must mention (:func:`judge_value_error`,
+    in the order of the cases)."""
+    if len(expected) != len(check.cases):
+        raise ValueError(f"value_errors of check {check.id!r}: {len(expected)} expectations for "
+                         f"{len(check.cases)} cases")
+
+    def judge_all(obs: Observations) -> None:
+        for raised, (what, must_mention) in zip(obs[check.key], expected, strict=True):
+            judge_value_error(raised, what, must_mention)
+
+    return judge_all
 
 
 def judge_projections(obs: Observations, class_name: str) -> None:

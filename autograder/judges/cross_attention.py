@@ -24,11 +24,15 @@ from autograder.checks.cross_attention import (
     _LOSS_POSITIONS_CASES,
     _SHIFT_CONTRACT,
     _TF_CONTRACT,
+    CE_ERRORS,
     CE_VALUES,
+    CROSS_ERRORS,
     CROSS_FORWARD,
     CROSS_MASK,
     CROSS_SHAPES,
+    SHIFT_ERRORS,
     SHIFT_VALUES,
+    TF_ERRORS,
     TF_EXAMPLE,
     TF_PADDING,
     _ce_contract_call,
@@ -46,6 +50,7 @@ from autograder.judges.core import (
     judge_value_error,
     matching_suspect,
     register,
+    value_errors,
 )
 from solutions import cross_attention as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
@@ -141,13 +146,6 @@ def _cross_hint(d_model: int, d_k: int, d_v: int, x: Tensor, memory: Tensor, see
         if mask is not None and not mask.any(dim=-1).all() else "")
 
 
-def _judge_cross_errors(obs: Observations) -> None:
-    judge_value_error(obs["batch"], "CrossAttention(16, 8) on x (2, 3, 16) and memory (5, 4, 16) of different "
-                       "batch sizes", ("2", "5"))
-    judge_value_error(obs["d_model"], "CrossAttention(16, 8) on memory (2, 4, 12), whose last axis is not "
-                       "d_model=16", ("12", "16"))
-
-
 register("CrossAttention_projections", lambda obs: judge_projections(obs, "CrossAttention"))
 register("CrossAttention_shapes", _judge_cross_shapes)
 _WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
@@ -157,7 +155,9 @@ judge(Compare(CROSS_MASK, _cross_reference, _describe, _cross_mistakes, _cross_h
               guard=_check_pair))
 register("CrossAttention_gradients",
          contract_check(_cross_contract_call(ref.CrossAttention), _CROSS_CONTRACT, 334, "CrossAttention"))
-register("CrossAttention_errors", _judge_cross_errors)
+register(CROSS_ERRORS.id, value_errors(CROSS_ERRORS, [
+    ("CrossAttention(16, 8) on x (2, 3, 16) and memory (5, 4, 16) of different batch sizes", ("2", "5")),
+    ("CrossAttention(16, 8) on memory (2, 4, 12), whose last axis is not d_model=16", ("12", "16"))]))
 
 
 # ================================================================ shift_right
@@ -212,10 +212,7 @@ def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expecte
 
 
 register("shift_right_contract", lambda obs: _judge_token_contract(obs, "shift_right", _SHIFT_CONTRACT, ((3, 4),)))
-register(
-    "shift_right_errors",
-    lambda obs: judge_value_error(obs["raised"], "shift_right(tgt of shape (7,)), which is not (B, T)", ("7",)),
-)
+register(SHIFT_ERRORS.id, value_errors(SHIFT_ERRORS, [("shift_right(tgt of shape (7,)), which is not (B, T)", ("7",))]))
 
 
 # ================================================================ teacher_forcing_pair
@@ -342,11 +339,8 @@ register(
     "teacher_forcing_pair_contract",
     lambda obs: _judge_token_contract(obs, "teacher_forcing_pair", _TF_CONTRACT, ((3, 5), (3, 5))),
 )
-register(
-    "teacher_forcing_pair_errors",
-    lambda obs: judge_value_error(obs["raised"], "teacher_forcing_pair(tgt of shape (7,)), which is not (B, T)",
-                                   ("7",)),
-)
+register(TF_ERRORS.id, value_errors(TF_ERRORS, [
+    ("teacher_forcing_pair(tgt of shape (7,)), which is not (B, T)", ("7",))]))
 
 
 # ================================================================ sequence_cross_entropy
@@ -394,8 +388,9 @@ def _ce_what(logits: Tensor, targets: Tensor, p: int) -> str:
     return f"sequence_cross_entropy(logits {tuple(logits.shape)}, targets {targets.tolist()}, pad_id={p})"
 
 
-def _crashed(raised: Raised, what: str) -> Mistake:
-    """The Mistake of a call that raised ``raised``, with what the crash most likely means when it is known."""
+def _crashed(raised: Raised, what: str, *case: Any) -> Mistake:
+    """The Mistake of a call that raised ``raised``, with what the crash most likely means when it is known (also
+    the ``crashed`` of the values check, whose case it ignores)."""
     if "Expected target size" in raised.message or "batch_size" in raised.message:
         return Mistake(f"{what} {raised.describe()} — F.cross_entropy wants the classes on axis 1: pass "
                        f"`logits.reshape(-1, V)` with `targets.reshape(-1)`, or `logits.transpose(1, 2)` with "
@@ -403,17 +398,9 @@ def _crashed(raised: Raised, what: str) -> Mistake:
     return Mistake(f"{what} {raised.describe()}")
 
 
-def _judge_one_ce(out: Any, logits: Tensor, targets: Tensor, p: int) -> None:
-    what = _ce_what(logits, targets, p)
-    if isinstance(out, Raised):
-        raise _crashed(out, what)
-    judge_tensor(out, ref.sequence_cross_entropy(logits, targets, p), what, _ce_suspects(logits, targets, p),
-                 hint="the mean of -log softmax(logits)[target] over the positions whose target is not pad_id")
-
-
-def _judge_ce(obs: Observations) -> None:
-    judge_cases((out, lambda out, case=case: _judge_one_ce(out, *case))
-                for case, out in zip(CE_VALUES.cases, obs[CE_VALUES.key], strict=True))
+judge(Compare(CE_VALUES, ref.sequence_cross_entropy, _ce_what, _ce_suspects,
+              hint="the mean of -log softmax(logits)[target] over the positions whose target is not pad_id",
+              crashed=_crashed))
 
 
 def _judge_ce_pads(obs: Observations) -> None:
@@ -434,13 +421,14 @@ def _judge_ce_pads(obs: Observations) -> None:
             raise Mistake(f"{named(text, 'pads not ignored')}; it looks like this: {suspect.message}", suspect.name)
 
 
-register(CE_VALUES.id, _judge_ce)
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)
 register("sequence_cross_entropy_gradients",
          contract_check(_ce_contract_call(ref.sequence_cross_entropy), _CE_CONTRACT, 373, "sequence_cross_entropy"))
+
+
 def _judge_ce_errors(obs: Observations) -> None:
     what = "sequence_cross_entropy(logits (2, 5, 7), targets (2, 4)) with targets that do not match logits.shape[:2]"
-    raised = obs["raised"]
+    (raised,) = obs[CE_ERRORS.key]
     vague = isinstance(raised, Raised) and raised.type == "ValueError" and not ("5" in raised.message
                                                                                 and "4" in raised.message)
     if vague:

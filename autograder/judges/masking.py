@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
@@ -37,11 +36,15 @@ from autograder.checks.masking import (
     _LEAK_CASES,
     _MASKED_SHAPES_CASES,
     _VISIBLE_KEYS_CASES,
+    ADDITIVE_ERRORS,
     ADDITIVE_VALUES,
+    CAUSAL_ERRORS,
     CAUSAL_OFFSET,
     CAUSAL_SQUARE,
+    COMBINE_ERRORS,
     COMBINE_NONE,
     FORWARD_VALUES,
+    PADDING_ERRORS,
     PADDING_VALUES,
     _pad,
     _tril,
@@ -55,9 +58,10 @@ from autograder.judges.core import (
     judge_cases,
     judge_projections,
     judge_tensor,
-    judge_value_error,
+    matching_suspect,
     register,
     same_values,
+    value_errors,
 )
 from solutions import masking as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
@@ -71,11 +75,13 @@ def _exactly(a: Tensor, e: Tensor) -> bool:
     return a.shape == e.shape and bool(same_values(a.to(torch.float64), e.to(torch.float64)).all())
 
 
-def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Suspect] = (), hint: str = "") -> None:
+def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Suspect] = (), hint: str = "",
+               atol: float = 0.0, rtol: float = 0.0) -> None:
     """Raise :class:`Mistake` unless ``actual`` has exactly the values of ``expected`` (any dtype).
 
     Booleans compare as 0/1, ``-inf`` equals ``-inf`` and NaN equals NaN, so a
-    suspect that produces NaN (0 × -inf) is recognised too.
+    suspect that produces NaN (0 × -inf) is recognised too. As the ``compare`` of a :class:`Compare` it is
+    handed the Compare's tolerances too, and ignores them: a mask is right or wrong, never close.
     """
     tail = f" — {hint}" if hint else ""
     if isinstance(actual, Raised):
@@ -104,15 +110,6 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
     a, e = actual.to(torch.float64), expected.to(torch.float64)
     where = first_index(~same_values(a, e))
     raise Mistake(f"{what}: at index {where} got {actual[where].item()}, expected {expected[where].item()}{tail}")
-
-
-@dataclass(frozen=True)
-class CompareMasks(Compare):
-    """:class:`Compare` for masks: each case's result has exactly the values of the reference (:func:`judge_mask`).
-    ``pick``, ``parts``, ``guard`` and ``crashed`` are not used."""
-
-    def judge_one(self, out: Any, *case: Any) -> None:
-        judge_mask(out, self.reference(*case), self.what(*case), self.suspects(*case), self.hint_for(*case))
 
 
 def _judge_bool(facts: Any, what: str) -> None:
@@ -179,8 +176,8 @@ def _causal_hint(t_q: int, t_k: int | None = None) -> str:
     return f"query i may attend key j iff j <= i + (t_k - t_q) = i + {0 if t_k is None else t_k - t_q}"
 
 
-judge(CompareMasks(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint))
-judge(CompareMasks(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint))
+judge(Compare(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
+judge(Compare(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
 
 
 def _judge_causal_dtype_device(obs: Observations) -> None:
@@ -196,13 +193,9 @@ def _judge_causal_dtype_device(obs: Observations) -> None:
             raise Mistake(f"causal_mask on the meta device has shape {obs[key]['shape']}, expected {shape}")
 
 
-def _judge_causal_errors(obs: Observations) -> None:
-    judge_value_error(obs["more_queries"], "causal_mask(5, 3), with more queries than keys,", ("5", "3"))
-    judge_value_error(obs["one_key"], "causal_mask(2, 1)", ("2", "1"))
-
-
 register("causal_mask_dtype_device", _judge_causal_dtype_device)
-register("causal_mask_errors", _judge_causal_errors)
+register(CAUSAL_ERRORS.id, value_errors(CAUSAL_ERRORS, [
+    ("causal_mask(5, 3), with more queries than keys,", ("5", "3")), ("causal_mask(2, 1)", ("2", "1"))]))
 
 
 # ================================================================ padding_mask
@@ -233,8 +226,8 @@ def _padding_what(tokens: Tensor, pad_id: int) -> str:
     return f"padding_mask({rows}, pad_id={pad_id})"
 
 
-judge(CompareMasks(PADDING_VALUES, ref.padding_mask, _padding_what, _padding_suspects,
-                   hint="True where the token is not pad_id, with an axis of size 1 for the queries"))
+judge(Compare(PADDING_VALUES, ref.padding_mask, _padding_what, _padding_suspects,
+              hint="True where the token is not pad_id, with an axis of size 1 for the queries", compare=judge_mask))
 
 
 def _judge_padding_shape(obs: Observations) -> None:
@@ -256,14 +249,10 @@ def _judge_padding_shape(obs: Observations) -> None:
                   "compare the tokens themselves; don't build a new tensor on the CPU")
 
 
-def _judge_padding_errors(obs: Observations) -> None:
-    one_d, three_d = obs["raised"]  # one per case of _PADDING_ERRORS
-    judge_value_error(one_d, "padding_mask of 1-D tokens [1, 2, 0, 0, 0], of shape (5,),", ("5",))
-    judge_value_error(three_d, "padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",))
-
-
 register("padding_mask_shape", _judge_padding_shape)
-register("padding_mask_errors", _judge_padding_errors)
+register(PADDING_ERRORS.id, value_errors(PADDING_ERRORS, [
+    ("padding_mask of 1-D tokens [1, 2, 0, 0, 0], of shape (5,),", ("5",)),
+    ("padding_mask of 3-D tokens of shape (2, 3, 4)", ("2, 3, 4",))]))
 
 
 # ================================================================ combine_masks
@@ -333,14 +322,11 @@ def _judge_combine_none(obs: Observations) -> None:
                    hint="None entries are ignored")
 
 
-def _judge_combine_errors(obs: Observations) -> None:
-    judge_value_error(obs["float"], "combine_masks of a causal mask (4, 4) and a float mask (4, 4)", ("bool",))
-    judge_value_error(obs["int"], "combine_masks of an int64 mask (2, 1, 4) and a causal mask (4, 4)", ("bool",))
-
-
 register("combine_masks_and", _judge_combine)
 register(COMBINE_NONE.id, _judge_combine_none)
-register("combine_masks_errors", _judge_combine_errors)
+register(COMBINE_ERRORS.id, value_errors(COMBINE_ERRORS, [
+    ("combine_masks of a causal mask (4, 4) and a float mask (4, 4)", ("bool",)),
+    ("combine_masks of an int64 mask (2, 1, 4) and a causal mask (4, 4)", ("bool",))]))
 
 
 # ================================================================ additive_mask
@@ -368,8 +354,8 @@ def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list
     ]
 
 
-judge(CompareMasks(ADDITIVE_VALUES, ref.additive_mask, lambda mask: f"additive_mask(mask {tuple(mask.shape)})",
-                   _additive_suspects, hint="0.0 where the mask is True, -inf where it is False"))
+judge(Compare(ADDITIVE_VALUES, ref.additive_mask, lambda mask: f"additive_mask(mask {tuple(mask.shape)})",
+              _additive_suspects, hint="0.0 where the mask is True, -inf where it is False", compare=judge_mask))
 
 
 def _judge_additive_dtype_device(obs: Observations) -> None:
@@ -394,13 +380,9 @@ def _judge_additive_dtype_device(obs: Observations) -> None:
                   "create the result on mask.device")
 
 
-def _judge_additive_errors(obs: Observations) -> None:
-    judge_value_error(obs["float"], "additive_mask of a float mask", ("bool",))
-    judge_value_error(obs["int_dtype"], "additive_mask(mask, dtype=torch.int64)", ("int64",))
-
-
 register("additive_mask_dtype_device", _judge_additive_dtype_device)
-register("additive_mask_errors", _judge_additive_errors)
+register(ADDITIVE_ERRORS.id, value_errors(ADDITIVE_ERRORS, [
+    ("additive_mask of a float mask", ("bool",)), ("additive_mask(mask, dtype=torch.int64)", ("int64",))]))
 
 
 # ================================================================ CausalSelfAttention
@@ -446,17 +428,6 @@ def _module_mistakes(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor
                     lambda: run(causal & ~pad)),
         ]
     return mistakes
-
-
-def _name_module_mistake(actual_out: Any, *case: Any) -> Suspect | None:
-    """The first mistake whose output matches ``actual_out`` on ``case`` (d_model, d_k, d_v, x, tokens, seed)."""
-    if not isinstance(actual_out, Tensor):
-        return None
-    for mistake in _module_mistakes(*case):
-        out = mistake.produce()[0]
-        if out.shape == actual_out.shape and torch.allclose(actual_out.to(out.dtype), out, atol=1e-5, rtol=1e-4):
-            return mistake
-    return None
 
 
 def _nan_only_in_empty_rows(got: Any, allowed: Tensor, batch_t: torch.Size) -> bool:
@@ -524,37 +495,47 @@ def _judge_forward(obs: Observations) -> None:
     judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6)
 
 
-def _outputs(result: Any, what: str) -> Tensor:
-    if isinstance(result, Raised):
-        raise Mistake(f"{what} {result.describe()}")
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
-    return result[0]
+def _outputs(pair: tuple[Any, Any], what: str, x: Tensor, d_v: int) -> tuple[Tensor, Tensor]:
+    """The outputs ``out`` of the two runs of one module that a probe recorded (on x, then on x changed), each
+    checked to come from a pair (out, weights), and the first to be (B, T, d_v)."""
+    outs = []
+    for result in pair:
+        if isinstance(result, Raised):
+            raise Mistake(f"{what} {result.describe()}")
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
+            raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
+        outs.append(result[0])
+    before, after = outs
+    if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
+        raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
+    return before, after
+
+
+def _changed_where_it_should_not(text: str, advice: str, name: str, before: Tensor, *case: Any) -> Mistake:
+    """``text``, then the mistake whose output ``before`` has on ``case`` (d_model, d_k, d_v, x, tokens, seed), or
+    else ``advice``, with its ``name``."""
+    mistake = matching_suspect(before, [m.part(0) for m in _module_mistakes(*case)], 1e-5, 1e-4)
+    return Mistake(f"{text} — " + (mistake.message if mistake else advice), mistake.name if mistake else name)
 
 
 def _judge_leak(obs: Observations) -> None:
-    for (d_model, d_k, d_v, x, tokens, seed, start), (base, changed) in zip(_LEAK_CASES, obs["pairs"], strict=True):
+    for (d_model, d_k, d_v, x, tokens, seed, start), pair in zip(_LEAK_CASES, obs["pairs"], strict=True):
         what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + (
             "" if tokens is None else " with a pad_mask")
-        before, after = _outputs(base, what), _outputs(changed, what)
-        if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
-            raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
+        before, after = _outputs(pair, what, x, d_v)
         if torch.allclose(before[:, :start], after[:, :start], atol=1e-6, rtol=1e-5, equal_nan=True):
             continue  # NaN is not a leak: the forward and padding cells name it
-        mistake = _name_module_mistake(before, d_model, d_k, d_v, x, tokens, seed)
-        raise Mistake(
+        raise _changed_where_it_should_not(
             f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
-            f"0..{start - 1}, so the future leaks into the past — "
-            + (mistake.message if mistake else "build the mask with causal_mask(T) and pass it to attention"),
-            mistake.name if mistake else "future leaks")
+            f"0..{start - 1}, so the future leaks into the past",
+            "build the mask with causal_mask(T) and pass it to attention", "future leaks",
+            before, d_model, d_k, d_v, x, tokens, seed)
 
 
 def _judge_invariance(obs: Observations) -> None:
-    for (d_model, d_k, d_v, x, tokens, seed), (base, changed) in zip(_INVARIANCE_CASES, obs["pairs"], strict=True):
+    for (d_model, d_k, d_v, x, tokens, seed), pair in zip(_INVARIANCE_CASES, obs["pairs"], strict=True):
         what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) with pad_mask of tokens {tokens.tolist()} (pad_id 0)"
-        before, after = _outputs(base, what), _outputs(changed, what)
-        if before.shape != after.shape or before.shape[:2] != x.shape[:2]:
-            raise Mistake(f"{what} returned out of shape {tuple(before.shape)}, expected {(*x.shape[:2], d_v)}")
+        before, after = _outputs(pair, what, x, d_v)
         if _nan_only_in_empty_rows(before, _allowed(x, tokens), x.shape[:2]):
             raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
                           f"must give zeros — the given `attention` does that", "NaN on fully masked rows")
@@ -563,11 +544,10 @@ def _judge_invariance(obs: Observations) -> None:
         real = tokens != 0
         if torch.allclose(before[real], after[real], atol=1e-6, rtol=1e-5):
             continue
-        mistake = _name_module_mistake(before, d_model, d_k, d_v, x, tokens, seed)
-        raise Mistake(
-            f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets "
-            f"weight — " + (mistake.message if mistake else "combine pad_mask (B, 1, T) with the causal mask"),
-            mistake.name if mistake else "padding leaks into real tokens")
+        raise _changed_where_it_should_not(
+            f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets weight",
+            "combine pad_mask (B, 1, T) with the causal mask", "padding leaks into real tokens",
+            before, d_model, d_k, d_v, x, tokens, seed)
 
 
 register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "CausalSelfAttention"))

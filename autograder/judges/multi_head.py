@@ -29,6 +29,7 @@ from autograder.checks.multi_head import (
     _HEAD_CASE,
     _HEAD_SHAPE_CASES,
     _PARAMETER_CASES,
+    MERGE_ERRORS,
     MERGE_ROUNDTRIP,
     MERGE_VALUES,
     MHA_FORWARD,
@@ -37,6 +38,7 @@ from autograder.checks.multi_head import (
     MHA_TORCH,
     NAMES,
     SHAPE_SEED,
+    SPLIT_ERRORS,
     SPLIT_SHAPE,
     SPLIT_VALUES,
     TORCH_SEED,
@@ -47,50 +49,44 @@ from autograder.checks.multi_head import (
 )
 from autograder.judges.core import (
     Compare,
-    Judge,
     Suspect,
     judge,
     judge_answers,
-    judge_cases,
     judge_tensor,
     judge_value_error,
     matching_suspect,
     register,
+    value_errors,
 )
 from solutions import multi_head as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
 
 
-def _not_contiguous_hint(raised: Any) -> tuple[str, str | None]:
-    """What a crash of the learner's code most likely means, and the mistake's name; ('', None) if unknown."""
-    if not isinstance(raised, Raised):
-        return "", None
+def _raised(raised: Raised, what: str, *case: Any) -> Mistake:
+    """The Mistake of a call that raised ``raised``: what it raised, and what that most likely means (also the
+    ``crashed`` of the declared checks, whose case it ignores)."""
+    hint, name = "", None
     if "view size is not compatible" in raised.message:
-        return (" — `.view` needs a contiguous tensor, and a transposed one is not: call `.contiguous()` before "
-                "`.view(...)`, or use `.reshape(...)`", "view of a non-contiguous tensor")
-    if "mat1 and mat2 shapes cannot be multiplied" in raised.message:
-        return (" — w_o expects d_model features per position: check that merge_heads returns "
-                "(B, T, n_heads · d_head), and that the heads come from split_heads", None)
-    return "", None
-
-
-def _raised(raised: Raised, what: str) -> Mistake:
-    """The Mistake of a call that raised ``raised``: what it raised, and what that most likely means."""
-    hint, name = _not_contiguous_hint(raised)
+        hint, name = (" — `.view` needs a contiguous tensor, and a transposed one is not: call `.contiguous()` "
+                      "before `.view(...)`, or use `.reshape(...)`", "view of a non-contiguous tensor")
+    elif "mat1 and mat2 shapes cannot be multiplied" in raised.message:
+        hint = (" — w_o expects d_model features per position: check that merge_heads returns "
+                "(B, T, n_heads · d_head), and that the heads come from split_heads")
     return Mistake(f"{what} {raised.describe()}{hint}", name)
 
 
-def _judge_shape(got: Any, expected: tuple[int, ...], what: str, suspects: list[Suspect], hint: str) -> None:
-    """Only the shape of ``got``. A wrong shape is named by the suspect whose values it has, or else by the one
-    suspect of that shape, when only one has it (two mistakes of one shape are told apart by their values)."""
-    if isinstance(got, Raised):
-        raise _raised(got, what)
+def _judge_shape(got: Any, reference: Tensor, what: str, suspects: list[Suspect], hint: str, atol: float = 1e-5,
+                 rtol: float = 1e-4) -> None:
+    """Only the shape of ``got``, against the reference's (also a ``compare`` of :class:`Compare`). A wrong shape
+    is named by the suspect whose values it has, or else by the one suspect of that shape, when only one has it
+    (two mistakes of one shape are told apart by their values)."""
+    expected = tuple(reference.shape)
     if not isinstance(got, Tensor):
         raise Mistake(f"{what} should return a tensor of shape {expected}, got a {type(got).__name__}")
     if tuple(got.shape) == expected:
         return
     wrong = f"{what} has shape {tuple(got.shape)}, expected {expected}"
-    suspect = matching_suspect(got, suspects, atol=1e-5, rtol=1e-4)
+    suspect = matching_suspect(got, suspects, atol, rtol)
     if suspect is not None:
         raise Mistake(f"{wrong}: {suspect.message}", suspect.name)
     same_shape = []
@@ -130,24 +126,13 @@ def _split_call(x: Tensor, n: int) -> str:
     return f"split_heads(x {tuple(x.shape)}, n_heads={n})"
 
 
-def _judge_split_shape(obs: Observations) -> None:
-    def one(out: Any, x: Tensor, n: int) -> None:
-        b, t, d_model = x.shape
-        _judge_shape(out, (b, n, t, d_model // n), _split_call(x, n), _split_suspects(x, n),
-                     "split_heads returns (B, n_heads, T, d_head), the head axis in front of the positions")
-
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(SPLIT_SHAPE.cases, obs[SPLIT_SHAPE.key], strict=True))
-
-
-register("split_heads_shape", _judge_split_shape)
+judge(Compare(SPLIT_SHAPE, ref.split_heads, _split_call, _split_suspects,
+              hint="split_heads returns (B, n_heads, T, d_head), the head axis in front of the positions",
+              crashed=_raised, compare=_judge_shape))
 judge(Compare(SPLIT_VALUES, ref.split_heads, _split_call, _split_suspects,
               hint="head h holds the features h·d_head .. (h+1)·d_head - 1 of every position"))
-register(
-    "split_heads_errors",
-    lambda obs: judge_value_error(obs["raised"], "split_heads(x (2, 3, 10), n_heads=4), where d_model=10 is not "
-                                  "a multiple of n_heads=4", ("10", "4")),
-)
+register(SPLIT_ERRORS.id, value_errors(SPLIT_ERRORS, [
+    ("split_heads(x (2, 3, 10), n_heads=4), where d_model=10 is not a multiple of n_heads=4", ("10", "4"))]))
 
 
 # ================================================================ merge_heads
@@ -179,20 +164,16 @@ def _merge_call(h: Tensor) -> str:
     return f"merge_heads(x {tuple(h.shape)})"
 
 
-def _merge_crashed(raised: Raised, what: str, *case: Any) -> Mistake:
-    return _raised(raised, what)
-
-
 _MERGE_HINT = "head h fills the features h·d_head .. (h+1)·d_head - 1 of every position"
-judge(Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT, crashed=_merge_crashed))
+judge(Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT, crashed=_raised))
 judge(Compare(MERGE_ROUNDTRIP, lambda x, n: x,
               lambda x, n: f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,",
-              lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT, crashed=_merge_crashed))
+              lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT, crashed=_raised))
 
 
 def _judge_merge_errors(obs: Observations) -> None:
     what = "merge_heads(x (2, 7, 9)), which is not (B, n_heads, T, d_head),"
-    raised = obs["raised"]
+    (raised,) = obs[MERGE_ERRORS.key]
     if isinstance(raised, Raised) and raised.type == "ValueError" and "values to unpack" in raised.message:
         raise Mistake(f"{what} {raised.describe()}, Python's own complaint about unpacking the shape, not a "
                       f"check of yours — check x.dim() first and raise ValueError naming the shape",
@@ -299,7 +280,9 @@ def _describe(d_model: int, n: int, query: Tensor, key: Tensor, mask: Tensor | N
     return what + ("" if mask is None else f", mask {tuple(mask.shape)}")
 
 
-def _pair(result: Any, what: str) -> tuple[Any, Any]:
+def _pair(result: Any, what: str, *case: Any) -> tuple[Any, Any]:
+    """``result`` as a pair (out, weights), or the Mistake that says why it is not one (also the ``guard`` of the
+    declared checks, whose case it ignores)."""
     if isinstance(result, Raised):
         raise _raised(result, what)
     if not (isinstance(result, tuple) and len(result) == 2):
@@ -307,16 +290,17 @@ def _pair(result: Any, what: str) -> tuple[Any, Any]:
     return result
 
 
-def _judge_against(result: Any, expected: tuple[Tensor, Tensor], mistakes: list[Suspect], what: str,
-                   hint: str) -> None:
-    got = _pair(result, what)
-    for part, name in ((1, "weights"), (0, "output")):
-        if isinstance(got[part], Tensor) and torch.isnan(got[part]).any() and not torch.isnan(expected[part]).any():
-            raise Mistake(f"the {name} of {what} contain NaN: a query whose keys are all masked must get all-zero "
-                          f"weights (softmax of a row of -inf is 0/0) — the given `attention` does that",
-                          "NaN on fully masked rows")
-        suspects = [mistake.part(part) for mistake in mistakes]
-        judge_tensor(got[part], expected[part], f"the {name} of {what}", suspects, hint=hint)
+_WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
+
+
+def _judge_without_nan(got: Any, expected: Tensor, what: str, suspects: list[Suspect], hint: str, atol: float,
+                       rtol: float) -> None:
+    """The ``compare`` of the value checks: :func:`judge_tensor`, after NaN where the reference has none, which
+    a fully masked row gives."""
+    if isinstance(got, Tensor) and torch.isnan(got).any() and not torch.isnan(expected).any():
+        raise Mistake(f"{what} contain NaN: a query whose keys are all masked must get all-zero weights (softmax "
+                      f"of a row of -inf is 0/0) — the given `attention` does that", "NaN on fully masked rows")
+    judge_tensor(got, expected, what, suspects, hint, atol, rtol)
 
 
 # ================================================================ MultiHeadAttention: projections and shapes
@@ -345,17 +329,16 @@ def _judge_projections(obs: Observations) -> None:
 
 
 def _judge_shapes(obs: Observations) -> None:
+    """Case by case, in order (a crash is reported where it happens), only the shapes of (out, weights)."""
     for (d_model, n, query, key), result in zip(MHA_SHAPES.cases, obs[MHA_SHAPES.key], strict=True):
         key = query if key is None else key
         what = _describe(d_model, n, query, key, None)
-        out, weights = _pair(result, what)
-        (b, t_q, _), t_k = query.shape, key.shape[1]
+        got = _pair(result, what)
         p = _params(d_model, SHAPE_SEED, bias=True)
-        mistakes = _mha_mistakes(p, query, key, key, n, None)
-        for got, part, expected, name in ((weights, 1, (b, n, t_q, t_k), "weights"),
-                                          (out, 0, (b, t_q, d_model), "out")):
-            suspects = [mistake.part(part) for mistake in mistakes]
-            _judge_shape(got, expected, f"`{name}` of {what}", suspects,
+        expected, mistakes = _mha(p, query, key, key, n), _mha_mistakes(p, query, key, key, n, None)
+        for part, name in ((1, "weights"), (0, "out")):
+            _judge_shape(got[part], expected[part], f"`{name}` of {what}",
+                         [mistake.part(part) for mistake in mistakes],
                          "out must be (B, T_q, d_model) and weights (B, n_heads, T_q, T_k), one matrix per head")
 
 
@@ -365,32 +348,37 @@ register("MultiHeadAttention_shapes", _judge_shapes)
 
 # ================================================================ MultiHeadAttention: values
 
-def _judge_values(check: Check) -> Judge:
-    def one(result: Any, d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
-            mask: Tensor | None, seed: int, others_ran: bool) -> None:
-        query, key, value = _inputs(query, key, value)
-        what = _describe(d_model, n, query, key, mask, bias)
-        if isinstance(result, Raised) and others_ran and mask is not None and mask.dim() == 2:
-            raise Mistake(f"{what} {result.describe()} — a (T_q, T_k) mask must work as it is: add the head axis "
-                          f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
-                          f"(B, T_q, T_k) masks alike", "mask broadcast onto the wrong axis")
-        p = _params(d_model, seed, bias)
-        hint = "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out is w_o of the merged heads"
-        if mask is not None:
-            hint += "; the same mask for every head, True = may attend"
-        _judge_against(result, _mha(p, query, key, value, n, mask), _mha_mistakes(p, query, key, value, n, mask),
-                       what, hint)
-
-    def judge_all(obs: Observations) -> None:
-        ran = any(not isinstance(result, Raised) for result in obs[check.key])
-        judge_cases((result, lambda result, case=case: one(result, *case, ran))
-                    for case, result in zip(check.cases, obs[check.key], strict=True))
-
-    return judge_all
+def _mha_arguments(d_model: int, n: int, bias: bool, query: Tensor, key: Tensor | None, value: Tensor | None,
+                   mask: Tensor | None, seed: int) -> tuple:
+    """The arguments (params, query, key, value, n_heads, mask) of :func:`_mha` and :func:`_mha_mistakes` for a
+    case of MHA_FORWARD or MHA_MASK, whose key and value are None for query."""
+    return _params(d_model, seed, bias), *_inputs(query, key, value), n, mask
 
 
-register("MultiHeadAttention_forward", _judge_values(MHA_FORWARD))
-register("MultiHeadAttention_mask", _judge_values(MHA_MASK))
+def _values(check: Check, others_ran: bool = False) -> Compare:
+    """The judge of a value check of MultiHeadAttention. ``others_ran``: some case of the check did not crash,
+    and so passed (a crash is judged after every case that ran): a crash on a (T_q, T_k) mask alone is then
+    the head axis put where a 2-D mask cannot take it."""
+    def crashed(raised: Raised, what: str, *case: Any) -> Mistake:
+        mask = case[6]
+        if others_ran and mask is not None and mask.dim() == 2:
+            return Mistake(f"{what} {raised.describe()} — a (T_q, T_k) mask must work as it is: add the head axis "
+                           f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
+                           f"(B, T_q, T_k) masks alike", "mask broadcast onto the wrong axis")
+        return _raised(raised, what)
+
+    return Compare(
+        check, lambda *case: _mha(*_mha_arguments(*case)),
+        lambda d_model, n, bias, query, key, value, mask, seed: _describe(d_model, n, query,
+                                                                          _inputs(query, key, value)[1], mask, bias),
+        lambda *case: _mha_mistakes(*_mha_arguments(*case)),
+        lambda *case: "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out is w_o of the "
+        "merged heads" + ("" if case[6] is None else "; the same mask for every head, True = may attend"),
+        parts=_WEIGHTS_THEN_OUTPUT, guard=_pair, crashed=crashed, compare=_judge_without_nan)
+
+
+judge(_values(MHA_FORWARD))  # no mask: no crash of its is told by the others
+register(MHA_MASK.id, lambda obs: _values(MHA_MASK, any(not isinstance(r, Raised) for r in obs[MHA_MASK.key]))(obs))
 
 
 # ================================================================ MultiHeadAttention: nn.MultiheadAttention
@@ -405,27 +393,24 @@ def _torch_twin(d_model: int, n: int, p: Params) -> nn.MultiheadAttention:
     return twin.eval()
 
 
-def _judge_torch(obs: Observations) -> None:
-    def one(result: Any, d_model: int, n: int, query: Tensor, key: Tensor | None, value: Tensor | None,
-            mask: Tensor | None, torch_masks: dict) -> None:
-        query, key, value = _inputs(query, key, value)
-        what = _describe(d_model, n, query, key, mask) + " compared with nn.MultiheadAttention"
-        p = _params(d_model, TORCH_SEED, bias=True)
-        twin = _torch_twin(d_model, n, p)
-        with torch.no_grad():
-            out, per_head = twin(query, key, value, average_attn_weights=False, **torch_masks)
-            _, averaged = twin(query, key, value, **torch_masks)
-        mistakes = _mha_mistakes(p, query, key, value, n, mask)
-        hint = "nn.MultiheadAttention splits w_q, w_k, w_v into heads of d_head rows and ends with out_proj = w_o"
-        _judge_against(result, (out, per_head), mistakes, what, hint)
-        judge_tensor(result[1].mean(dim=1), averaged, f"the weights of {what}, averaged over the heads",
-                     hint="average_attn_weights=True averages the per-head weights")
+# A case of MHA_TORCH: (d_model, n_heads, query, key, value, mask, torch_masks), key and value None for query.
 
-    judge_cases((result, lambda result, case=case: one(result, *case))
-                for case, result in zip(MHA_TORCH.cases, obs[MHA_TORCH.key], strict=True))
+def _torch_reference(d_model: int, n: int, query: Tensor, key: Tensor | None, value: Tensor | None,
+                     mask: Tensor | None, torch_masks: dict) -> tuple[Tensor, Tensor]:
+    """(out, weights per head) of nn.MultiheadAttention with the case's weights and the same mask in its terms."""
+    with torch.no_grad():
+        return _torch_twin(d_model, n, _params(d_model, TORCH_SEED, bias=True))(
+            *_inputs(query, key, value), average_attn_weights=False, **torch_masks)
 
 
-register("MultiHeadAttention_matches_torch", _judge_torch)
+judge(Compare(
+    MHA_TORCH, _torch_reference,
+    lambda d_model, n, query, key, value, mask, _: _describe(d_model, n, query, _inputs(query, key, value)[1], mask)
+    + " compared with nn.MultiheadAttention",
+    lambda d_model, n, query, key, value, mask, _: _mha_mistakes(_params(d_model, TORCH_SEED, bias=True),
+                                                                 *_inputs(query, key, value), n, mask),
+    hint="nn.MultiheadAttention splits w_q, w_k, w_v into heads of d_head rows and ends with out_proj = w_o",
+    parts=_WEIGHTS_THEN_OUTPUT, guard=_pair, crashed=_raised, compare=_judge_without_nan))
 
 
 # ================================================================ MultiHeadAttention: head independence
@@ -435,21 +420,19 @@ def _judge_heads(obs: Observations) -> None:
     d = d_model // n
     what = f"MultiHeadAttention({d_model}, {n}) on x {tuple(x.shape)}"
     before, after = (_pair(obs[label], what)[1] for label in ("before", "after"))
+    expected = (x.shape[0], n, x.shape[1], x.shape[1])
+    mistakes = [m.part(1) for m in _mha_mistakes(_params(d_model, seed, bias=True), x, x, x, n, None)]
     for weights in (before, after):
-        if not isinstance(weights, Tensor) or tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):
+        if not isinstance(weights, Tensor) or tuple(weights.shape) != expected:
             shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
-            p = _params(d_model, seed, bias=True)
-            suspect = matching_suspect(weights, [m.part(1) for m in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4) \
-                if isinstance(weights, Tensor) else None
-            expected = (x.shape[0], n, x.shape[1], x.shape[1])
+            suspect = matching_suspect(weights, mistakes, 1e-5, 1e-4) if isinstance(weights, Tensor) else None
             raise Mistake(f"the weights of {what} have shape {shape}, expected {expected}, one matrix per head"
                           + (f": {suspect.message}" if suspect else ""), suspect.name if suspect else None)
     changed = [h for h in range(n) if not torch.allclose(before[:, h], after[:, h], atol=1e-6, rtol=1e-5)]
     if changed == [_CHANGED_HEAD]:
         return
     rows = f"{_CHANGED_HEAD * d}..{(_CHANGED_HEAD + 1) * d - 1}"
-    p = _params(d_model, seed, bias=True)
-    suspect = matching_suspect(before, [m.part(1) for m in _mha_mistakes(p, x, x, x, n, None)], 1e-5, 1e-4)
+    suspect = matching_suspect(before, mistakes, 1e-5, 1e-4)
     if not changed:
         raise Mistake(f"{what}: changing the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed no head's "
                       f"weights — are the queries made with w_q?", "w_q not used")

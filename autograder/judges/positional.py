@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR, named
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, NO_VALUE_ERROR, named
 from autograder.checks.core import Mistake, Observations, Raised
 from autograder.checks.positional import (
     _BUFFER_D,
@@ -34,9 +34,11 @@ from autograder.checks.positional import (
     _WITHOUT_POSITIONS_CASES,
     BASE,
     LEARNED_FORWARD,
+    ROPE_ERRORS,
     ROPE_POSITIONS,
     ROPE_VALUES,
     SPE_FORWARD,
+    TABLE_ERRORS,
     TABLE_VALUES,
     _learned_weights,
 )
@@ -45,9 +47,11 @@ from autograder.judges.core import (
     Suspect,
     judge,
     judge_answers,
+    judge_contract_basics,
     judge_value_error,
     matching_suspect,
     register,
+    value_errors,
 )
 from solutions import positional as ref
 
@@ -70,19 +74,7 @@ def _judge_contract(obs: Observations, function: str) -> None:
     The gradients are judged by ``gradcheck`` against the learner's own function, not against the
     reference: a wrong value has a cell of its own and should not cost this one too.
     """
-    if obs["modified"] or (obs["raised"] is not None and "in-place" in obs["raised"].message):
-        names = ", ".join(f"`{n}`" for n in obs["modified"]) or "(a tensor that requires grad)"
-        raise Mistake(f"{function} modified its input {names} in place — use out-of-place operations: "
-                      f"`x = x + pe`, not `x += pe`; no slice assignment into x", MODIFIED_IN_PLACE)
-    if obs["raised"] is not None:
-        raise Mistake(f"{function} on float64 inputs {obs['raised'].describe()}")
-    if obs["out_dtype"] is not None and obs["out_dtype"] != "torch.float64":
-        raise Mistake(f"{function} returned {obs['out_dtype']} for float64 inputs — keep the input's dtype: "
-                      f"no `.float()`, no hard-coded `dtype=torch.float32`", DTYPE_CHANGED)
-    if not obs["requires_grad"]:
-        raise Mistake(f"{function}'s output is cut off from the graph (requires_grad is False) — avoid "
-                      f"`.detach()`, `.item()`, `.numpy()`, `torch.tensor(...)` of results and `torch.no_grad()`",
-                      GRAPH_CUT)
+    judge_contract_basics(obs, function, ": `x = x + pe`, not `x += pe`; no slice assignment into x")
     for name, grad in obs["grads"].items():
         if grad is None:
             raise Mistake(f"no gradient reaches `{name}` through {function} — something detaches it: "
@@ -92,6 +84,17 @@ def _judge_contract(obs: Observations, function: str) -> None:
         raise Mistake(f"torch.autograd.gradcheck of {function} in float64 {how}: its gradients disagree with "
                       f"finite differences of its own output — avoid writing into tensors that autograd needs, "
                       f"and custom backward passes", "gradcheck failed")
+
+
+def _judge_meta(meta: Any, what: str, shape: tuple[int, ...], advice: str, mistake: str) -> None:
+    """``meta`` is ``attempt_facts`` of a call on the meta device: it must run and return a ``shape`` tensor
+    there. A crash that names the device is ``mistake``, and ``advice`` says what to do."""
+    if isinstance(meta, Raised):
+        if "device" in meta.message:
+            raise Mistake(f"{what} {meta.describe()}{advice}", mistake)
+        raise Mistake(f"{what} {meta.describe()}")
+    if not isinstance(meta, dict) or meta["device"] != "meta" or meta["shape"] != shape:
+        raise Mistake(f"{what} returned {meta!r:.100}, expected a {shape} tensor on the meta device")
 
 
 def _crashed(raised: Raised, what: str, hint: tuple[str, str | None]) -> Mistake:
@@ -273,14 +276,6 @@ def _judge_table_properties(obs: Observations) -> None:
                           f"so that the encoding extends to longer sequences", "code depends on max_len", suspect)
 
 
-def _judge_table_errors(obs: Observations) -> None:
-    odd, odd2, empty, negative = obs["raised"]
-    judge_value_error(odd, "sinusoidal_encoding(10, 7), an odd d_model,", ("7",))
-    judge_value_error(odd2, "sinusoidal_encoding(6, 5), an odd d_model,", ("5",))
-    judge_value_error(empty, "sinusoidal_encoding(0, 8), with max_len=0,", ())
-    judge_value_error(negative, "sinusoidal_encoding(5, -2), with d_model=-2,", ("-2",))
-
-
 register("sinusoidal_encoding_shape", _judge_table_shape)
 judge(Compare(TABLE_VALUES, ref.sinusoidal_encoding,
               lambda max_len, d, base: f"sinusoidal_encoding({max_len}, {d}" + (
@@ -288,7 +283,9 @@ judge(Compare(TABLE_VALUES, ref.sinusoidal_encoding,
               hint="PE[p, 2i] = sin(p / base^(2i/d_model)), PE[p, 2i+1] = cos(p / base^(2i/d_model))",
               atol=ATOL, rtol=RTOL))
 register("sinusoidal_encoding_properties", _judge_table_properties)
-register("sinusoidal_encoding_errors", _judge_table_errors)
+register(TABLE_ERRORS.id, value_errors(TABLE_ERRORS, [
+    ("sinusoidal_encoding(10, 7), an odd d_model,", ("7",)), ("sinusoidal_encoding(6, 5), an odd d_model,", ("5",)),
+    ("sinusoidal_encoding(0, 8), with max_len=0,", ()), ("sinusoidal_encoding(5, -2), with d_model=-2,", ("-2",))]))
 
 
 # ================================================================ SinusoidalPositionalEncoding
@@ -379,15 +376,9 @@ def _judge_spe_buffer(obs: Observations) -> None:
     if moved.get(name) != "torch.float64":
         raise Mistake(f"after {call}.to(torch.float64) the buffer `{name}` is {moved.get(name)} — a registered "
                       f"buffer moves with .to()", "buffer not moved by .to")
-    meta = obs["meta"]
-    what = f"{call}.to('meta') on x of shape (2, 5, {d}) on the meta device"
-    if isinstance(meta, Raised):
-        if "device" in meta.message:
-            raise Mistake(f"{what} {meta.describe()} — use the buffer in forward, which .to() has moved with the "
-                          f"module, rather than a tensor made on the CPU", "buffer not moved by .to")
-        raise Mistake(f"{what} {meta.describe()}")
-    if not isinstance(meta, dict) or meta["device"] != "meta" or meta["shape"] != (2, 5, d):
-        raise Mistake(f"{what} returned {meta!r:.100}, expected a (2, 5, {d}) tensor on the meta device")
+    _judge_meta(obs["meta"], f"{call}.to('meta') on x of shape (2, 5, {d}) on the meta device", (2, 5, d),
+                " — use the buffer in forward, which .to() has moved with the module, rather than a tensor made on "
+                "the CPU", "buffer not moved by .to")
 
 
 def _judge_max_len(obs: Observations, call: str, d: int, n: int) -> None:
@@ -638,25 +629,15 @@ def _judge_rope_contract(obs: Observations) -> None:
     _judge_contract(obs, "apply_rotary")
     _judge_bfloat16(obs["bfloat16"], "apply_rotary on a bfloat16 x (2, 5, 8)",
                     " — compute the angles in float32 if you like, but return the result in x's dtype, `.to(x.dtype)`")
-    meta = obs["meta"]
-    what = "apply_rotary(x on the meta device)"
-    if isinstance(meta, Raised):
-        if "device" in meta.message:
-            raise Mistake(f"{what} {meta.describe()} — build the default positions and the frequencies on x.device, "
-                          f"`torch.arange(T, device=x.device)`", "positions built on the CPU")
-        raise Mistake(f"{what} {meta.describe()}")
-    if not isinstance(meta, dict) or meta["device"] != "meta" or meta["shape"] != (2, 5, 8):
-        raise Mistake(f"{what} returned {meta!r:.100}, expected a (2, 5, 8) tensor on the meta device")
-
-
-def _judge_rope_errors(obs: Observations) -> None:
-    judge_value_error(obs["odd"], "apply_rotary(x (2, 5, 7)), an odd width,", ("7",))
-    judge_value_error(obs["odd_heads"], "apply_rotary(x (2, 2, 3, 5)), an odd width,", ("5",))
+    _judge_meta(obs["meta"], "apply_rotary(x on the meta device)", (2, 5, 8),
+                " — build the default positions and the frequencies on x.device, `torch.arange(T, device=x.device)`",
+                "positions built on the CPU")
 
 
 register("apply_rotary_relative", _judge_rope_relative)
 register("apply_rotary_contract", _judge_rope_contract)
-register("apply_rotary_errors", _judge_rope_errors)
+register(ROPE_ERRORS.id, value_errors(ROPE_ERRORS, [
+    ("apply_rotary(x (2, 5, 7)), an odd width,", ("7",)), ("apply_rotary(x (2, 2, 3, 5)), an odd width,", ("5",))]))
 
 
 # ================================================================ concept checks
