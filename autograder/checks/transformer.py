@@ -182,7 +182,11 @@ def _probe_ff_layers(student: Any) -> Observations:
     return {"plain": _attempt(lambda: facts(12, 20)), "dropout": _attempt(lambda: facts(12, 20, 0.3))}
 
 
+FF_FORWARD = Check("FeedForward_forward", _FF_CASES, call=_run_ff)
+
+
 def _probe_ff_forward(student: Any) -> Observations:
+    """The values of FF_FORWARD's cases, then the gradient with respect to x of its float64 case."""
     def grad_run() -> dict[str, Any]:
         d, d_ff, x, seed = _FF_CASES[2]
         module = student(d, d_ff)
@@ -193,8 +197,7 @@ def _probe_ff_forward(student: Any) -> Observations:
         (out * seeded(*out.shape, seed=507, dtype=out.dtype)).sum().backward()
         return {"grad": plain(leaf.grad)}
 
-    return {"outs": [attempt(lambda case=case: _run_ff(student, *case)) for case in _FF_CASES],
-            "grad": _attempt(grad_run)}
+    return {**FF_FORWARD.probe(student), "grad": _attempt(grad_run)}
 
 
 _FF_DROP = (12, 20, seeded(2, 5, 12, seed=511), 512)
@@ -211,7 +214,7 @@ def _probe_ff_dropout(student: Any) -> Observations:
 
 
 register("FeedForward_layers", _probe_ff_layers)
-register("FeedForward_forward", _probe_ff_forward)
+register(FF_FORWARD.id, _probe_ff_forward)
 register("FeedForward_dropout", _probe_ff_dropout)
 
 
@@ -246,8 +249,8 @@ class LayerCase:
         return call + (" in float64" if self.x.dtype == torch.float64 else "")
 
 
-def _build_layer(cls: Any, case: LayerCase, norm_first: bool, dropout: float = 0.0) -> Any:
-    layer = cls(case.d, case.n_heads, case.d_ff, dropout=dropout, norm_first=norm_first)
+def _build_layer(cls: Any, case: LayerCase, norm_first: bool) -> Any:
+    layer = cls(case.d, case.n_heads, case.d_ff, dropout=0.0, norm_first=norm_first)
     load_layer(layer, _layer_weights(case.kind, case.d, case.d_ff, case.seed), case.kind, cls.__name__)
     return layer.to(case.x.dtype)
 
@@ -290,10 +293,10 @@ def _probe_parts(kind: str) -> Callable[[Any], Observations]:
                             "pre": _attempt(lambda: facts(student, True))}
 
 
-def _probe_dropout(kind: str, case: LayerCase) -> Callable[[Any], Observations]:
+def _probe_dropout(case: LayerCase) -> Callable[[Any], Observations]:
     def run(student: Any, dropout: float, train: bool) -> Any:
         layer = student(case.d, case.n_heads, case.d_ff, dropout=dropout, norm_first=False)
-        load_layer(layer, _layer_weights(kind, case.d, case.d_ff, case.seed), kind, type(layer).__name__)
+        load_layer(layer, _layer_weights(case.kind, case.d, case.d_ff, case.seed), case.kind, type(layer).__name__)
         layer.train(train)
         return plain(_call_layer(layer, case)), plain(_call_layer(layer, case))  # the same layer, called twice
 
@@ -330,7 +333,7 @@ ENC_PRE = declare(Check("EncoderLayer_pre_norm", [(case, True) for case in _ENC_
 _ENC_DROP = LayerCase(16, 4, 24, seeded(2, 5, 16, seed=641), 642)
 
 register("EncoderLayer_parts", _probe_parts("encoder"))
-register("EncoderLayer_dropout", _probe_dropout("encoder", _ENC_DROP))
+register("EncoderLayer_dropout", _probe_dropout(_ENC_DROP))
 
 
 # ================================================================ DecoderLayer
@@ -361,7 +364,7 @@ DEC_MASKS = declare(Check("DecoderLayer_masks", [  # (case, norm_first)
 _DEC_DROP = LayerCase(16, 4, 24, seeded(2, 5, 16, seed=671), 672, memory=seeded(2, 6, 16, seed=673))
 
 register("DecoderLayer_parts", _probe_parts("decoder"))
-register("DecoderLayer_dropout", _probe_dropout("decoder", _DEC_DROP))
+register("DecoderLayer_dropout", _probe_dropout(_DEC_DROP))
 
 
 # ================================================================ TransformerConfig
@@ -705,17 +708,12 @@ _MAX_LEN_CASES = [
 ]
 
 
-def _decode_with(case: DecodeCase, decoder: Callable[..., Any]) -> Any:
-    model = case.model().train()
-    src = torch.tensor(case.src, dtype=torch.long)
-    return decoder(model, src, case.start, case.end, case.max_len), model.modes
-
-
 def _probe_greedy(cases: list[DecodeCase]) -> Callable[[Any], Observations]:
     def run(student: Any, case: DecodeCase) -> Any:
-        out, modes = _decode_with(case, student)
+        model = case.model().train()
+        out = student(model, torch.tensor(case.src, dtype=torch.long), case.start, case.end, case.max_len)
         return {"out": plain(out), "dtype": str(out.dtype) if isinstance(out, Tensor) else None,
-                "modes": list(modes)}
+                "modes": list(model.modes)}
 
     return lambda student: {"results": [_attempt(lambda case=case: run(student, case)) for case in cases]}
 

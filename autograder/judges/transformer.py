@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention_course.testing import DTYPE_CHANGED, mistake_name
-from autograder.checks.core import Check, Mistake, Observations, Raised, seeded
+from autograder.checks.core import Mistake, Observations, Raised, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
     _DEC_DROP,
@@ -42,6 +42,7 @@ from autograder.checks.transformer import (
     ENC_MASK,
     ENC_POST,
     ENC_PRE,
+    FF_FORWARD,
     LAYER_PARTS,
     MODEL_DECODE,
     MODEL_ENCODE,
@@ -56,46 +57,65 @@ from autograder.checks.transformer import (
     load_feed_forward,
     load_model,
 )
-from autograder.judges.core import Suspect, judge_answers, judge_cases, judge_tensor, judge_value_error, register
+from autograder.judges.core import (
+    Compare,
+    Suspect,
+    judge,
+    judge_answers,
+    judge_cases,
+    judge_tensor,
+    judge_value_error,
+    register,
+)
 from solutions import transformer as ref
 from solutions.masking import causal_mask, combine_masks, padding_mask
 from solutions.positional import sinusoidal_encoding
 
 # ================================================================ shared
 
-NOT_A_MODULE = "not an nn.Module"
-
-
 def _unnamed(text: str) -> str:
     """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
     return f"{text}." if mistake_name(text) else text
 
 
-def _describe(raised: Raised, what: str) -> str:
+def _crashed(raised: Raised, what: str, *case: Any) -> Mistake:
+    """What ``what`` raised; a probe that could not copy its weights in says so (``Compare.crashed`` too)."""
     if raised.type == "WeightsNotLoaded":
-        return _unnamed(f"the test could not copy its weights into {what}: {raised.message}")
-    return f"{what} {raised.describe()}"
+        return Mistake(_unnamed(f"the test could not copy its weights into {what}: {raised.message}"))
+    return Mistake(f"{what} {raised.describe()}")
 
 
 def _tensor_result(result: Any, what: str, shape: tuple[int, ...]) -> Tensor:
     if isinstance(result, Raised):
-        raise Mistake(_describe(result, what))
+        raise _crashed(result, what)
     if not isinstance(result, Tensor):
         extra = " — did you forget to `return` it?" if result is None else ""
         raise Mistake(f"{what} should return a tensor of shape {shape}, got {result!r:.80}{extra}")
     return result
 
 
+def _a_module(got: Any, call: str) -> dict[str, Any]:
+    """What a probe recorded of the module ``call`` builds, once it is known to be built and an nn.Module."""
+    if isinstance(got, Raised):
+        raise Mistake(f"{call} {got.describe()}")
+    if not got["is_module"]:
+        raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() first",
+                      "not an nn.Module")
+    return got
+
+
+def _like_x(result: Any, what: str, x: Tensor) -> None:
+    """A value check's guard: the result is a tensor, in float64 where x is."""
+    got = _tensor_result(result, what, tuple(x.shape))
+    if x.dtype == torch.float64 and got.dtype != torch.float64:
+        raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED)
+
+
 # ================================================================ FeedForward
 
 def _judge_ff_layers(obs: Observations) -> None:
     for key, call in (("plain", "FeedForward(12, 20)"), ("dropout", "FeedForward(12, 20, 0.3)")):
-        got = obs[key]
-        if isinstance(got, Raised):
-            raise Mistake(f"{call} {got.describe()}")
-        if not got["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() "
-                          f"first", NOT_A_MODULE)
+        got = _a_module(obs[key], call)
         shapes = [linear["weight"] for linear in got["linears"]]
         if len(shapes) != 2:
             raise Mistake(f"{call} holds {len(shapes)} nn.Linear layers, expected two: d_model -> d_ff and "
@@ -134,18 +154,22 @@ def _ff_suspects(d: int, d_ff: int, x: Tensor, seed: int) -> list[Suspect]:
     ]
 
 
-def _judge_ff_forward(obs: Observations) -> None:
-    def one(out: Any, d: int, d_ff: int, x: Tensor, seed: int) -> None:
-        what = f"FeedForward({d}, {d_ff}) on x {tuple(x.shape)}" + (" in float64" if x.dtype == torch.float64 else "")
-        lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
-        got = _tensor_result(out, what, tuple(x.shape))
-        if x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED)
-        judge_tensor(got, lin2(torch.relu(lin1(x))), what, _ff_suspects(d, d_ff, x, seed),
-                     hint="Linear(d_model -> d_ff), ReLU, Dropout, Linear(d_ff -> d_model), applied to the last axis")
+def _ff_reference(d: int, d_ff: int, x: Tensor, seed: int) -> Tensor:
+    lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
+    return lin2(torch.relu(lin1(x)))
 
-    judge_cases((out, lambda out, case=case: one(out, *case))
-                for case, out in zip(_FF_CASES, obs["outs"], strict=True))
+
+def _ff_what(d: int, d_ff: int, x: Tensor, seed: int) -> str:
+    return f"FeedForward({d}, {d_ff}) on x {tuple(x.shape)}" + (" in float64" if x.dtype == torch.float64 else "")
+
+
+_FF_VALUES = Compare(FF_FORWARD, _ff_reference, _ff_what, _ff_suspects, "Linear(d_model -> d_ff), ReLU, Dropout, "
+                     "Linear(d_ff -> d_model), applied to the last axis",
+                     guard=lambda out, what, d, d_ff, x, seed: _like_x(out, what, x), crashed=_crashed)
+
+
+def _judge_ff_forward(obs: Observations) -> None:
+    _FF_VALUES(obs)
     d, d_ff, x, seed = _FF_CASES[2]
     module = ref.FeedForward(d, d_ff)
     load_feed_forward(module, _ff_weights(d, d_ff, seed), "FeedForward")
@@ -178,9 +202,8 @@ def _judge_ff_dropout(obs: Observations) -> None:
         Suspect("the output went through a ReLU: it belongs between the two Linear layers, so the output can be "
                 "negative", "ReLU after the second Linear", lambda: torch.relu(w["b2"]).expand(2, 5, d)),
     ], hint="with p=1 every hidden unit is dropped, so only the second Linear's bias is left")
-    first, second = obs["eval"]
     what = f"FeedForward({d}, {d_ff}, dropout=0.5) in eval mode"
-    a, b = _tensor_result(first, what, tuple(x.shape)), _tensor_result(second, what, tuple(x.shape))
+    a, b = (_tensor_result(out, what, tuple(x.shape)) for out in obs["eval"])
     plain_out = _tensor_result(obs["no_dropout"], f"FeedForward({d}, {d_ff})", tuple(x.shape))
     if not torch.allclose(a, b) or not torch.allclose(a, plain_out, atol=1e-6):
         raise Mistake(f"{what} is random, or differs from the output without dropout: dropout must do nothing in "
@@ -193,28 +216,17 @@ def _judge_ff_dropout(obs: Observations) -> None:
 
 
 register("FeedForward_layers", _judge_ff_layers)
-register("FeedForward_forward", _judge_ff_forward)
+register(FF_FORWARD.id, _judge_ff_forward)
 register("FeedForward_dropout", _judge_ff_dropout)
 
 
 # ================================================================ the layers: shared
 
 
-class _Pieces:
-    """The reference's attention, feed-forward and LayerNorms, loaded with a case's weights."""
-
-    def __init__(self, case: LayerCase) -> None:
-        cls = ref.EncoderLayer if case.memory is None else ref.DecoderLayer
-        self.layer = _build_layer(cls, case, norm_first=False).eval()
-
-    def attn(self, name: str, x: Tensor, source: Tensor, mask: Tensor | None) -> Tensor:
-        return getattr(self.layer, name)(x, source, source, mask)[0]
-
-    def ff(self, x: Tensor) -> Tensor:
-        return self.layer.ff(x)
-
-    def norm(self, i: int) -> Callable[[Tensor], Tensor]:
-        return getattr(self.layer, f"norm{i}")
+def _ref_layer(case: LayerCase) -> nn.Module:
+    """The reference's layer, loaded with the case's weights: its attentions, feed-forward and LayerNorms."""
+    cls = ref.EncoderLayer if case.memory is None else ref.DecoderLayer
+    return _build_layer(cls, case, norm_first=False).eval()
 
 
 def _blocks(x: Tensor, blocks: list[Callable[[Tensor], Tensor]], norms: list[Callable[[Tensor], Tensor]],
@@ -244,7 +256,7 @@ def _placement_message(norm_first: bool) -> tuple[str, str]:
 
 def _residual_suspects(blocks: list[Callable], norms: list[Callable], x: Tensor, norm_first: bool,
                        names: list[str]) -> list[Suspect]:
-    run = lambda **kw: lambda: _blocks(x, blocks, norms, norm_first, **kw)  # noqa: E731
+    run = lambda **kw: lambda: _blocks(x, blocks, norms, norm_first, **kw)
     suspects = [Suspect(*_placement_message(norm_first), lambda: _blocks(x, blocks, norms, not norm_first))]
     for i, name in enumerate(names):
         keep = tuple(j != i for j in range(len(blocks)))
@@ -283,23 +295,14 @@ def _norm_suspects(blocks: list[Callable], norms: list[Callable], x: Tensor, nor
     return suspects
 
 
-def _judge_layer(check: Check, suspects: Callable[[LayerCase, bool], list[Suspect]],
-                 hint: Callable[[LayerCase, bool], str]) -> Callable[[Observations], None]:
-    def one(out: Any, case: LayerCase, norm_first: bool) -> None:
-        what = case.what(norm_first)
-        got = _tensor_result(out, what, tuple(case.x.shape))
-        if case.x.dtype == torch.float64 and got.dtype != torch.float64:
-            raise Mistake(f"{what} returned {got.dtype} — keep the dtype of x", DTYPE_CHANGED)
-        layer = _Pieces(case).layer
-        layer.norm_first = norm_first
-        judge_tensor(got, _call_layer(layer, case).detach(), what, suspects(case, norm_first),
-                     hint=hint(case, norm_first))
+def _layer_reference(case: LayerCase, norm_first: bool) -> Tensor:
+    layer = _ref_layer(case)
+    layer.norm_first = norm_first
+    return _call_layer(layer, case).detach()
 
-    def judge(obs: Observations) -> None:
-        judge_cases((out, lambda out, case=case: one(out, *case))
-                    for case, out in zip(check.cases, obs[check.key], strict=True))
 
-    return judge
+def _layer_guard(out: Any, what: str, case: LayerCase, norm_first: bool) -> None:
+    _like_x(out, what, case.x)
 
 
 def _judge_parts(kind: str) -> Callable[[Observations], None]:
@@ -308,12 +311,7 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
     def judge(obs: Observations) -> None:
         for key, norm_first in (("post", False), ("pre", True)):
             call = f"{name}(16, 4, 24, dropout=0.1, norm_first={norm_first})"
-            got = obs[key]
-            if isinstance(got, Raised):
-                raise Mistake(f"{call} {got.describe()}")
-            if not got["is_module"]:
-                raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call "
-                              f"super().__init__() first", NOT_A_MODULE)
+            got = _a_module(obs[key], call)
             missing = [part for part, kind_name in got["parts"].items() if kind_name is None]
             if missing:
                 raise Mistake(f"{call} has no attribute {', '.join(f'`{m}`' for m in missing)} — store the "
@@ -331,7 +329,7 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
                                        f"got {got['parts'][f'norm{bad[0]}']} of shape "
                                        f"{got['norm_shapes'][bad[0] - 1]}"))
             if isinstance(got["loads"], Raised):
-                raise Mistake(_describe(got["loads"], call))
+                raise _crashed(got["loads"], call)
 
     return judge
 
@@ -341,9 +339,9 @@ def _judge_dropout(name: str, case: LayerCase) -> Callable[[Observations], None]
         shape = tuple(case.x.shape)
         call = f"{name}({case.d}, {case.n_heads}, {case.d_ff}, dropout=0.5)"
         if isinstance(obs["eval"], Raised):
-            raise Mistake(_describe(obs["eval"], f"{call} in eval mode"))
+            raise _crashed(obs["eval"], f"{call} in eval mode")
         if isinstance(obs["train"], Raised):
-            raise Mistake(_describe(obs["train"], f"{call} in training mode"))
+            raise _crashed(obs["train"], f"{call} in training mode")
         first, second = (_tensor_result(o, f"{call} in eval mode", shape) for o in obs["eval"])
         plain_out = _tensor_result(obs["no_dropout"], f"{name}(..., dropout=0.0)", shape)
         if not torch.allclose(first, second) or not torch.allclose(first, plain_out, atol=1e-6):
@@ -362,18 +360,18 @@ def _judge_dropout(name: str, case: LayerCase) -> Callable[[Observations], None]
 # ================================================================ EncoderLayer
 
 def _encoder_suspects(case: LayerCase, norm_first: bool) -> list[Suspect]:
-    p, x, mask = _Pieces(case), case.x, case.tgt_mask
-    sa = lambda m: lambda h: p.attn("self_attn", h, h, m)  # noqa: E731
-    norms = [p.norm(1), p.norm(2)]
-    blocks = [sa(mask), p.ff]
+    layer, x, mask = _ref_layer(case), case.x, case.tgt_mask
+    sa = lambda m: lambda h: layer.self_attn(h, h, h, m)[0]
+    norms = [layer.norm1, layer.norm2]
+    blocks = [sa(mask), layer.ff]
     suspects = _residual_suspects(blocks, norms, x, norm_first, ["attention", "feed-forward"])
     suspects += _norm_suspects(blocks, norms, x, norm_first)
     if mask is not None:
         suspects += [
             Suspect("src_mask is not passed to the self-attention: real tokens still attend the padding",
-                    "src_mask ignored", lambda: _blocks(x, [sa(None), p.ff], norms, norm_first)),
+                    "src_mask ignored", lambda: _blocks(x, [sa(None), layer.ff], norms, norm_first)),
             Suspect("src_mask is inverted: True means 'may attend', so pass it as it is", "src_mask inverted",
-                    lambda: _blocks(x, [sa(~mask), p.ff], norms, norm_first)),
+                    lambda: _blocks(x, [sa(~mask), layer.ff], norms, norm_first)),
         ]
     return suspects
 
@@ -386,62 +384,62 @@ def _encoder_hint(case: LayerCase, norm_first: bool) -> str:
 
 
 register("EncoderLayer_parts", _judge_parts("encoder"))
-register("EncoderLayer_post_norm", _judge_layer(ENC_POST, _encoder_suspects, _encoder_hint))
-register("EncoderLayer_pre_norm", _judge_layer(ENC_PRE, _encoder_suspects, _encoder_hint))
-register("EncoderLayer_src_mask", _judge_layer(ENC_MASK, _encoder_suspects, _encoder_hint))
+for check in (ENC_POST, ENC_PRE, ENC_MASK):
+    judge(Compare(check, _layer_reference, LayerCase.what, _encoder_suspects, _encoder_hint, guard=_layer_guard,
+                  crashed=_crashed))
 register("EncoderLayer_dropout", _judge_dropout("EncoderLayer", _ENC_DROP))
 
 
 # ================================================================ DecoderLayer
 
 def _decoder_suspects(case: LayerCase, norm_first: bool) -> list[Suspect]:
-    p, x, memory = _Pieces(case), case.x, case.memory
+    layer, x, memory = _ref_layer(case), case.x, case.memory
     tgt_mask, memory_mask = case.tgt_mask, case.memory_mask
-    sa = lambda m, name="self_attn": lambda h: p.attn(name, h, h, m)  # noqa: E731
-    ca = lambda m, name="cross_attn": lambda h: p.attn(name, h, memory, m)  # noqa: E731
-    norms = [p.norm(1), p.norm(2), p.norm(3)]
-    run = lambda blocks, ns=norms: lambda: _blocks(x, blocks, ns, norm_first)  # noqa: E731
-    blocks = [sa(tgt_mask), ca(memory_mask), p.ff]
+    sa = lambda m, name="self_attn": lambda h: getattr(layer, name)(h, h, h, m)[0]
+    ca = lambda m, name="cross_attn": lambda h: getattr(layer, name)(h, memory, memory, m)[0]
+    norms = [layer.norm1, layer.norm2, layer.norm3]
+    run = lambda blocks, ns=norms: lambda: _blocks(x, blocks, ns, norm_first)
+    blocks = [sa(tgt_mask), ca(memory_mask), layer.ff]
     suspects = _residual_suspects(blocks, norms, x, norm_first, ["self-attention", "cross-attention", "feed-forward"])
     from_decoder = ("the cross-attention takes its keys and values from the decoder states x, so memory is never "
                     "read; they come from `memory`, the encoder output: cross_attn(x, memory, memory, memory_mask)")
     for mask in (memory_mask, tgt_mask, None):  # keys and values from x, with whichever mask fits
         suspects.append(Suspect(from_decoder, "cross-attention ignores memory",
-                                run([sa(tgt_mask), lambda h, m=mask: p.attn("cross_attn", h, h, m), p.ff])))
-    keys_from_x = lambda h: p.layer.cross_attn(h, h, memory, memory_mask)[0]  # noqa: E731  (values from memory)
+                                run([sa(tgt_mask), lambda h, m=mask: layer.cross_attn(h, h, h, m)[0], layer.ff])))
+    keys_from_x = lambda h: layer.cross_attn(h, h, memory, memory_mask)[0]  # values from memory
     suspects.append(Suspect("the cross-attention takes its keys from the decoder states x and its values from "
                             "memory; keys and values both come from `memory`: cross_attn(x, memory, memory, "
                             "memory_mask)", "cross-attention keys from the decoder",
-                            run([sa(tgt_mask), keys_from_x, p.ff])))
+                            run([sa(tgt_mask), keys_from_x, layer.ff])))
     suspects += _norm_suspects(blocks, norms, x, norm_first)
     suspects += [
         Suspect("the self-attention and the cross-attention are one module, with one set of weights: each needs its "
                 "own Attention", "one attention module for both",
-                run([sa(tgt_mask, "cross_attn"), ca(memory_mask), p.ff])),
+                run([sa(tgt_mask, "cross_attn"), ca(memory_mask), layer.ff])),
         Suspect("the self-attention uses cross_attn's weights and the cross-attention self_attn's",
                 "self_attn and cross_attn swapped",
-                run([sa(tgt_mask, "cross_attn"), ca(memory_mask, "self_attn"), p.ff])),
+                run([sa(tgt_mask, "cross_attn"), ca(memory_mask, "self_attn"), layer.ff])),
         Suspect("the cross-attention comes before the self-attention: the decoder first attends its own tokens "
                 "(masked), then the encoder output", "cross-attention before self-attention",
-                run([ca(memory_mask), sa(tgt_mask), p.ff], [norms[1], norms[0], norms[2]])),
+                run([ca(memory_mask), sa(tgt_mask), layer.ff], [norms[1], norms[0], norms[2]])),
         Suspect("the cross-attention comes before the self-attention: the decoder first attends its own tokens "
                 "(masked), then the encoder output", "cross-attention before self-attention",
-                run([ca(memory_mask), sa(tgt_mask), p.ff])),
+                run([ca(memory_mask), sa(tgt_mask), layer.ff])),
     ]
     if tgt_mask is not None:
         suspects.append(Suspect("tgt_mask is not passed to the self-attention: each position also attends the "
-                                "positions after it", "tgt_mask ignored", run([sa(None), ca(memory_mask), p.ff])))
+                                "positions after it", "tgt_mask ignored", run([sa(None), ca(memory_mask), layer.ff])))
         suspects.append(Suspect("tgt_mask is inverted: True means 'may attend', so pass it as it is",
-                                "tgt_mask inverted", run([sa(~tgt_mask), ca(memory_mask), p.ff])))
+                                "tgt_mask inverted", run([sa(~tgt_mask), ca(memory_mask), layer.ff])))
     if memory_mask is not None:
         suspects.append(Suspect("memory_mask is not passed to the cross-attention: the decoder attends the "
-                                "source's padding", "memory mask ignored", run([sa(tgt_mask), ca(None), p.ff])))
+                                "source's padding", "memory mask ignored", run([sa(tgt_mask), ca(None), layer.ff])))
         suspects.append(Suspect("memory_mask is inverted: True means 'may attend'", "memory mask inverted",
-                                run([sa(tgt_mask), ca(~memory_mask), p.ff])))
+                                run([sa(tgt_mask), ca(~memory_mask), layer.ff])))
     if tgt_mask is not None and memory_mask is not None:
         suspects.append(Suspect("the masks are swapped: tgt_mask belongs to the self-attention, memory_mask to the "
                                 "cross-attention", "tgt_mask and memory_mask swapped",
-                                run([sa(memory_mask), ca(tgt_mask), p.ff])))
+                                run([sa(memory_mask), ca(tgt_mask), layer.ff])))
     return suspects
 
 
@@ -454,9 +452,9 @@ def _decoder_hint(case: LayerCase, norm_first: bool) -> str:
 
 
 register("DecoderLayer_parts", _judge_parts("decoder"))
-register("DecoderLayer_post_norm", _judge_layer(DEC_POST, _decoder_suspects, _decoder_hint))
-register("DecoderLayer_pre_norm", _judge_layer(DEC_PRE, _decoder_suspects, _decoder_hint))
-register("DecoderLayer_masks", _judge_layer(DEC_MASKS, _decoder_suspects, _decoder_hint))
+for check in (DEC_POST, DEC_PRE, DEC_MASKS):
+    judge(Compare(check, _layer_reference, LayerCase.what, _decoder_suspects, _decoder_hint, guard=_layer_guard,
+                  crashed=_crashed))
 register("DecoderLayer_dropout", _judge_dropout("DecoderLayer", _DEC_DROP))
 
 
@@ -537,6 +535,7 @@ def _final_norm(m: ref.Transformer, x: Tensor, which: str, final: str) -> Tensor
     return getattr(m, which)(x)
 
 
+@torch.no_grad()
 def _encode_variant(m: ref.Transformer, src: Tensor, scale: str = "times", positions: bool = True, mask: bool = True,
                     final: str = "as is", chained: bool = True, table: str = "src_embed") -> Tensor:
     x = _embed(m, src, getattr(m, table), scale, positions)
@@ -544,6 +543,7 @@ def _encode_variant(m: ref.Transformer, src: Tensor, scale: str = "times", posit
     return _final_norm(m, _stack(m.encoder_layers, x, chained, src_mask), "encoder_norm", final)
 
 
+@torch.no_grad()
 def _decode_variant(m: ref.Transformer, tgt_in: Tensor, memory: Tensor, src: Tensor, scale: str = "times",
                     positions: bool = True, causal: str = "lower", tgt_pad: bool = True, memory_mask: bool = True,
                     final: str = "as is", chained: bool = True, table: str = "tgt_embed") -> Tensor:
@@ -580,69 +580,71 @@ def _shared_suspects(m: ref.Transformer, run: Callable[..., Tensor], stack: str)
     return suspects
 
 
-def _judge_encode(obs: Observations) -> None:
-    def one(out: Any, case: ModelCase) -> None:
-        what = case.what(f"encode(src {tuple(case.src.shape)})")
-        shape = (*case.src.shape, case.config.d_model)
-        got = _tensor_result(out, what, shape)
-        m = _ref_model(case)
-        run = lambda **kw: _encode_variant(m, case.src, **kw)  # noqa: E731
-        suspects = _shared_suspects(m, run, "the encoder stack") + [
-            Suspect("the source padding mask is not used: real source tokens attend the padding — pass "
-                    "padding_mask(src, pad_id) to every encoder layer", "source padding mask ignored in the encoder",
-                    lambda: run(mask=False)),
-            Suspect("the source is embedded with tgt_embed; the source has its own table, src_embed",
-                    "target embeddings used for the source", lambda: run(table="tgt_embed")),
-        ]
-        with torch.no_grad():
-            judge_tensor(got, m.encode(case.src), what, suspects,
-                         hint="memory = the encoder layers on src_embed(src) · √d_model + positions, with the source "
-                         "padding mask" + ("; a final LayerNorm" if case.config.norm_first else ""))
-
-    judge_cases((out, lambda out, case=case: one(out, case))
-                for (case,), out in zip(MODEL_ENCODE.cases, obs[MODEL_ENCODE.key], strict=True))
+@torch.no_grad()
+def _encode_reference(case: ModelCase) -> Tensor:
+    return _ref_model(case).encode(case.src)
 
 
-def _judge_decode(obs: Observations) -> None:
-    def one(out: Any, case: ModelCase) -> None:
-        what = case.what(f"decode(tgt_in {tuple(case.tgt_in.shape)}, memory, src {tuple(case.src.shape)})")
-        shape = (*case.tgt_in.shape, case.config.tgt_vocab)
-        got = _tensor_result(out, what, shape)
-        m, memory = _ref_model(case), _memory(case)
-        run = lambda **kw: _decode_variant(m, case.tgt_in, memory, case.src, **kw)  # noqa: E731
-        suspects = _shared_suspects(m, run, "the decoder stack") + [
-            Suspect("the decoder's self-attention has no causal mask: each position sees the tokens after it, "
-                    "which teacher forcing puts right there — combine causal_mask(T) with the target padding mask",
-                    "no causal mask in the decoder", lambda: run(causal="none")),
-            Suspect("the causal mask is the upper triangle: each position attends the positions after it",
-                    "upper instead of lower triangle", lambda: run(causal="upper")),
-            Suspect("the cross-attention attends the source's padding: build memory_mask = padding_mask(src, "
-                    "pad_id) and pass it to every decoder layer", "memory mask ignored",
-                    lambda: run(memory_mask=False)),
-            Suspect("the target padding mask is not combined with the causal mask: padded target positions are "
-                    "attended", "target padding mask ignored", lambda: run(tgt_pad=False)),
-            Suspect("the target is embedded with src_embed; the target has its own table, tgt_embed",
-                    "source embeddings used for the target", lambda: run(table="src_embed")),
-        ]
-        with torch.no_grad():
-            judge_tensor(got, m.decode(case.tgt_in, memory, case.src), what, suspects,
-                         hint="logits = out(decoder layers on tgt_embed(tgt_in) · √d_model + positions), with the "
-                         "causal & target padding mask and the source padding mask as memory_mask")
+def _encode_suspects(case: ModelCase) -> list[Suspect]:
+    m = _ref_model(case)
+    run = lambda **kw: _encode_variant(m, case.src, **kw)
+    return _shared_suspects(m, run, "the encoder stack") + [
+        Suspect("the source padding mask is not used: real source tokens attend the padding — pass "
+                "padding_mask(src, pad_id) to every encoder layer", "source padding mask ignored in the encoder",
+                lambda: run(mask=False)),
+        Suspect("the source is embedded with tgt_embed; the source has its own table, src_embed",
+                "target embeddings used for the source", lambda: run(table="tgt_embed")),
+    ]
 
-    judge_cases((out, lambda out, case=case: one(out, case))
-                for (case,), out in zip(MODEL_DECODE.cases, obs[MODEL_DECODE.key], strict=True))
+
+judge(Compare(
+    MODEL_ENCODE, _encode_reference,
+    lambda case: case.what(f"encode(src {tuple(case.src.shape)})"), _encode_suspects,
+    lambda case: "memory = the encoder layers on src_embed(src) · √d_model + positions, with the source padding "
+    "mask" + ("; a final LayerNorm" if case.config.norm_first else ""),
+    guard=lambda out, what, case: _tensor_result(out, what, (*case.src.shape, case.config.d_model)),
+    crashed=_crashed))
+
+
+@torch.no_grad()
+def _decode_reference(case: ModelCase) -> Tensor:
+    return _ref_model(case).decode(case.tgt_in, _memory(case), case.src)
+
+
+def _decode_suspects(case: ModelCase) -> list[Suspect]:
+    m, memory = _ref_model(case), _memory(case)
+    run = lambda **kw: _decode_variant(m, case.tgt_in, memory, case.src, **kw)
+    return _shared_suspects(m, run, "the decoder stack") + [
+        Suspect("the decoder's self-attention has no causal mask: each position sees the tokens after it, "
+                "which teacher forcing puts right there — combine causal_mask(T) with the target padding mask",
+                "no causal mask in the decoder", lambda: run(causal="none")),
+        Suspect("the causal mask is the upper triangle: each position attends the positions after it",
+                "upper instead of lower triangle", lambda: run(causal="upper")),
+        Suspect("the cross-attention attends the source's padding: build memory_mask = padding_mask(src, "
+                "pad_id) and pass it to every decoder layer", "memory mask ignored",
+                lambda: run(memory_mask=False)),
+        Suspect("the target padding mask is not combined with the causal mask: padded target positions are "
+                "attended", "target padding mask ignored", lambda: run(tgt_pad=False)),
+        Suspect("the target is embedded with src_embed; the target has its own table, tgt_embed",
+                "source embeddings used for the target", lambda: run(table="src_embed")),
+    ]
+
+
+judge(Compare(
+    MODEL_DECODE, _decode_reference,
+    lambda case: case.what(f"decode(tgt_in {tuple(case.tgt_in.shape)}, memory, src {tuple(case.src.shape)})"),
+    _decode_suspects,
+    hint="logits = out(decoder layers on tgt_embed(tgt_in) · √d_model + positions), with the causal & target "
+    "padding mask and the source padding mask as memory_mask",
+    guard=lambda out, what, case: _tensor_result(out, what, (*case.tgt_in.shape, case.config.tgt_vocab)),
+    crashed=_crashed))
 
 
 def _judge_model_parts(obs: Observations) -> None:
     c = _PARTS_CONFIG
     call = f"Transformer(config with src_vocab={c.src_vocab}, tgt_vocab={c.tgt_vocab}, d_model={c.d_model}, " \
            f"n_layers={c.n_layers}, norm_first=True)"
-    got = obs["facts"]
-    if isinstance(got, Raised):
-        raise Mistake(f"{call} {got.describe()}")
-    if not got["is_module"]:
-        raise Mistake(f"{call} should be an nn.Module: subclass nn.Module and call super().__init__() first",
-                      NOT_A_MODULE)
+    got = _a_module(obs["facts"], call)
     for name, vocab in (("src_embed", c.src_vocab), ("tgt_embed", c.tgt_vocab)):
         table = got[name]
         if not isinstance(table, dict) or table["shape"] != (vocab, c.d_model):
@@ -767,8 +769,6 @@ def _judge_gradients(obs: Observations) -> None:
 
 register("Transformer_parts", _judge_model_parts)
 register("Transformer_shapes", _judge_shapes)
-register("Transformer_encode", _judge_encode)
-register("Transformer_decode", _judge_decode)
 register("Transformer_causal", _judge_causal)
 register("Transformer_padding", _judge_padding)
 register("Transformer_dtype_device", _judge_dtype_device)
@@ -800,7 +800,7 @@ def _greedy_variant(model: Scripted, src: Tensor, start: int, end: int, max_len:
 
 def _greedy_suspects(case: DecodeCase) -> list[Suspect]:
     src = torch.tensor(case.src, dtype=torch.long)
-    run = lambda **kw: lambda: _greedy_variant(case.model(), src, case.start, case.end, case.max_len, **kw)  # noqa
+    run = lambda **kw: lambda: _greedy_variant(case.model(), src, case.start, case.end, case.max_len, **kw)
     never = "it keeps generating after every row has produced end_id: stop as soon as every row is finished"
     return [
         Suspect("each step takes the argmax of position 0, which predicts the first word again and again: the next "
