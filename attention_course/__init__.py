@@ -18,6 +18,14 @@
   :mod:`attention_course.benchmark_training` — Chapter 6's measurements (attention
   step by step against the fused kernel; training throughput and MFU), each also
   a command line: ``python -m attention_course.benchmark_attention --help``.
+- :mod:`attention_course.text` — Chapter 7's corpus: Python's own help pages
+  (``pydoc_data``, shipped with Python) as character ids, with next-character batches.
+- :mod:`attention_course.language_model` — a small GPT on PyTorch's own pieces
+  (fused attention, a preallocated key/value buffer), so Chapter 7 trains and
+  generates without your solutions.
+- :mod:`attention_course.benchmark_generation` — Chapter 7's measurements: cached
+  against uncached generation, the peak memory of an attention function (yours
+  too), the size of the key/value cache.
 
 Nothing here implements an exercise: that is the learner's job.
 """
