@@ -86,6 +86,9 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(6, "A full transformer, trained on a GPU when you have one, on the CPU otherwise", "06_transformer",
             "transformer",
             ("FeedForward", "EncoderLayer", "DecoderLayer", "TransformerConfig", "Transformer", "greedy_decode")),
+    Chapter(7, "A GPT that writes: sampling, a KV cache, online softmax, grouped-query attention", "07_gpt", "gpt",
+            ("sample_next", "online_softmax_attention", "KVCache", "GroupedQueryAttention", "GPTBlock", "GPT",
+             "generate")),
 )
 
 

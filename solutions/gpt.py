@@ -43,6 +43,8 @@ __all__ = [
     "sample_next",
     "generate",
     "online_softmax_attention",
+    "kv_cache_elements",  # concept checks
+    "positions_processed",
 ]
 
 
@@ -478,3 +480,23 @@ def online_softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Non
         out = out * rescale + p @ v[..., start:end, :]  # (..., T_q, blk) @ (..., blk, d_v) -> (..., T_q, d_v)
         m = m_new
     return out / torch.where(total > 0, total, torch.ones_like(total))  # fully masked rows: 0 / 1 = 0
+
+
+# ---------------------------------------------------------------- concept checks
+
+
+def kv_cache_elements(n_layers: int, batch: int, n_heads: int, n_kv_heads: int, length: int, d_head: int) -> int:
+    """The numbers a :class:`KVCache` holds after ``length`` positions: keys *and* values, in every layer, for the
+    ``n_kv_heads`` key/value heads only (``n_heads`` query heads share them; queries are never cached)."""
+    return 2 * n_layers * batch * n_kv_heads * length * d_head
+
+
+def positions_processed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
+    """The positions :func:`generate` runs the model over to add ``new_tokens`` tokens to a prompt of
+    ``prompt_len``: with a cache the prompt once, then each new token but the last (it is only drawn, never
+    fed); without, the whole sequence at every step, ``prompt_len``, then one more, and so on."""
+    if new_tokens == 0:
+        return 0
+    if use_cache:
+        return prompt_len + new_tokens - 1
+    return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2

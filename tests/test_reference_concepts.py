@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from solutions import cross_attention, masking, multi_head, positional, self_attention, transformer
+from solutions import cross_attention, gpt, masking, multi_head, positional, self_attention, transformer
 
 
 def randn(*shape: int, seed: int) -> torch.Tensor:
@@ -134,3 +134,37 @@ def test_decoder_passes_and_scored_positions_are_what_training_and_greedy_decodi
     training, generating = transformer.scored_positions(n)
     assert training == training_positions
     assert generating == n - 1 and int(last) == int(out[0, n])
+
+
+@pytest.mark.parametrize(("n_layers", "batch", "n_heads", "n_kv_heads", "steps"), [(2, 3, 4, 2, (5, 1, 1)),
+                                                                                     (1, 1, 6, 1, (3,)),
+                                                                                     (3, 2, 4, 4, (2, 2))])
+def test_kv_cache_elements_is_what_the_cache_holds(n_layers, batch, n_heads, n_kv_heads, steps) -> None:
+    config = gpt.GPTConfig(vocab=11, d_model=8 * n_heads, n_heads=n_heads, n_kv_heads=n_kv_heads, n_layers=n_layers,
+                           d_ff=16, max_len=32)
+    model = gpt.GPT(config).eval()
+    cache = gpt.KVCache(n_layers)
+    with torch.no_grad():
+        for t in steps:
+            model(torch.randint(0, 11, (batch, t)), cache)
+    held = sum(tensor.numel() for tensor in (*cache.keys, *cache.values))
+    assert gpt.kv_cache_elements(n_layers, batch, n_heads, n_kv_heads, sum(steps), 8) == held
+
+
+class _CountingGPT(gpt.GPT):
+    positions = 0
+
+    def forward(self, tokens, cache=None):
+        type(self).positions += tokens.shape[1]
+        return super().forward(tokens, cache)
+
+
+@pytest.mark.parametrize(("prompt_len", "new_tokens"), [(5, 4), (1, 1), (3, 0), (7, 9)])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_positions_processed_are_the_positions_generate_feeds(prompt_len, new_tokens, use_cache) -> None:
+    model = _CountingGPT(gpt.GPTConfig(vocab=11, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=32))
+    _CountingGPT.positions = 0
+    out = gpt.generate(model, torch.randint(0, 11, (2, prompt_len)), new_tokens, use_cache=use_cache,
+                       generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, prompt_len + new_tokens)
+    assert gpt.positions_processed(prompt_len, new_tokens, use_cache) == _CountingGPT.positions

@@ -1,0 +1,971 @@
+"""Judges of Chapter 7 (``07_gpt``), against :mod:`solutions.gpt`.
+
+Every check id is the ``grade_id`` of the test cell that runs it; its cases and
+probe are in :mod:`autograder.checks.gpt`. Each ``Suspect`` recomputes, on the
+same inputs, what one plausible mistake would return, so that a failing
+learner is told which mistake it looks like. The reference modules are loaded
+with the same seeded weights the probes copy into the learner's (with the
+probes' own loaders), and run on the probes' own cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attention_course.testing import NO_RETURN, mistake_name
+from autograder.checks.core import Mistake, Observations, Raised
+from autograder.checks.gpt import (
+    BLOCK_CACHE,
+    BLOCK_CASE,
+    BLOCK_FORWARD,
+    DRAWS,
+    GENERATE_CACHE_CASES,
+    GENERATE_TOKENS_CASES,
+    GQA_CACHE,
+    GQA_FORWARD,
+    GREEDY_ROWS,
+    KV_CACHE_ELEMENTS_CASES,
+    KV_LENGTH_SCRIPT,
+    KV_UPDATE,
+    MODEL_CACHE,
+    MODEL_FORWARD,
+    ONLINE_MASKED,
+    ONLINE_VALUES,
+    POSITIONS_PROCESSED_CASES,
+    SAMPLE_TEMPERATURE,
+    SAMPLE_TOP_K,
+    SAMPLE_TOP_P,
+    TRAIN,
+    AttnCase,
+    BlockCase,
+    GenerateCase,
+    ModelCase,
+    ProbeCache,
+    Rigged,
+    attention_weights,
+    build_attention,
+    build_block,
+    load_model,
+)
+from autograder.judges.core import Compare, Suspect, judge, judge_answers, judge_cases, judge_tensor, register
+from solutions import gpt as ref
+
+NEG_INF = float("-inf")
+NO_CAUSAL_MASK = "no causal mask"
+NO_OFFSET = "mask without the cache offset"
+ARGMAX = "argmax instead of a draw"
+
+
+def _unnamed(text: str) -> str:
+    """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
+    return f"{text}." if mistake_name(text) else text
+
+
+def _describe(raised: Raised, what: str) -> str:
+    if raised.type in ("WeightsNotLoaded", "WrongOutput"):
+        return _unnamed(f"{what}: {raised.message}")
+    return f"{what} {raised.describe()}"
+
+
+# ================================================================ sample_next
+
+def _filtered(row: Tensor, temperature: float, top_k: int | None, top_p: float | None, *, after_softmax: bool = False,
+              times: bool = False, k_shift: int = 0, crossing: bool = True, p_first: bool = False,
+              ignore_k: bool = False, ignore_p: bool = False) -> Tensor:
+    """The probabilities ``sample_next`` draws from, exactly, with one named mistake or none."""
+    logits = row.double()
+    scaled = logits if after_softmax else (logits * temperature if times else logits / temperature)
+
+    def nucleus(values: Tensor) -> Tensor:
+        probs, order = torch.softmax(values, -1).sort(descending=True)
+        before = probs.cumsum(-1) - probs
+        keep_sorted = before < top_p if crossing else probs.cumsum(-1) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        return values.masked_fill(~keep, NEG_INF)
+
+    raw_nucleus = torch.isfinite(nucleus(logits)) if top_p is not None else None
+    if top_k is not None and not ignore_k:
+        k = max(1, min(top_k + k_shift, scaled.shape[-1]))
+        kth = scaled.topk(k).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, NEG_INF)
+    if top_p is not None and not ignore_p:
+        scaled = scaled.masked_fill(~raw_nucleus, NEG_INF) if p_first else nucleus(scaled)
+    return torch.softmax(scaled, -1)
+
+
+def _sampling_suspects(row: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> list[Suspect]:
+    f = lambda **kw: lambda: _filtered(row, temperature, top_k, top_p, **kw)  # noqa: E731
+    suspects = []
+    if temperature != 1.0:
+        suspects += [
+            Suspect(f"the draws follow softmax(logits), untouched by the temperature {temperature:g}: divide the "
+                    f"logits by τ before the softmax (dividing the probabilities by τ changes nothing once they are "
+                    f"renormalised)", "temperature applied after the softmax", f(after_softmax=True)),
+            Suspect(f"the logits are multiplied by the temperature {temperature:g}: divide them by it (τ below 1 "
+                    f"sharpens, above 1 flattens)", "logits multiplied by the temperature", f(times=True)),
+        ]
+    if top_k is not None:
+        suspects += [
+            Suspect(f"it keeps {top_k - 1} tokens, one fewer than top_k={top_k}: keep every logit >= the k-th "
+                    f"largest, `logits < kth` is what gets -inf", "top-k keeps k-1", f(k_shift=-1)),
+            Suspect(f"it keeps {top_k + 1} tokens, one more than top_k={top_k}", "top-k keeps k+1", f(k_shift=1)),
+            Suspect(f"every token can be drawn: top_k={top_k} was not applied", "top_k ignored", f(ignore_k=True)),
+        ]
+    if top_p is not None:
+        suspects += [
+            Suspect(f"the token whose probability carries the running sum past top_p={top_p} is dropped: the "
+                    f"nucleus is the smallest set whose mass *reaches* top_p, so keep a token while the mass "
+                    f"before it is below top_p", "top-p drops the token that crosses p", f(crossing=False)),
+            Suspect(f"every token can be drawn: top_p={top_p} was not applied", "top_p ignored", f(ignore_p=True)),
+        ]
+        if temperature != 1.0 or top_k is not None:
+            suspects.append(Suspect("the nucleus was measured on the raw logits, before the temperature and top-k: "
+                                    "divide by τ, keep the top k, then take the nucleus of what is left",
+                                    "top-p applied first", f(p_first=True)))
+    return suspects
+
+
+def _judge_frequencies(observed: Any, row: Tensor, temperature: float, top_k: int | None, top_p: float | None,
+                       seed: int) -> None:
+    """The frequencies drawn against the exact probabilities of the filtered softmax (the reference's draws pass
+    too: tests/test_names.py judges the reference on every check)."""
+    what = (f"sample_next on {DRAWS} copies of the logits {[round(x, 2) for x in row.tolist()]}, "
+            f"temperature={temperature:g}, top_k={top_k}, top_p={top_p}")
+    if isinstance(observed, Raised):
+        raise Mistake(_describe(observed, what))
+    expected = _filtered(row, temperature, top_k, top_p)
+    if _same_draws(observed, expected):
+        return
+    if torch.equal(observed, torch.nn.functional.one_hot(row.argmax(), row.shape[0]).double()):
+        raise Mistake(f"{what}: every row gave the most likely token — draw with torch.multinomial(probs, 1, "
+                      f"generator=generator); only temperature=0 is the argmax", ARGMAX)
+    for suspect in _sampling_suspects(row, temperature, top_k, top_p):
+        if _same_draws(observed, suspect.produce()):
+            raise Mistake(f"{what}: {suspect.message}", suspect.name)
+    drawn = (observed > 0).nonzero().flatten().tolist()
+    allowed = (expected > 0).nonzero().flatten().tolist()
+    raise Mistake(f"{what}: it drew the tokens {drawn} with frequencies {[round(x, 3) for x in observed.tolist()]}; "
+                  f"expected only {allowed}, with probabilities {[round(x, 3) for x in expected.tolist()]} — "
+                  f"temperature first, "
+                  f"then top-k, then the nucleus, then one draw from the softmax of what is left")
+
+
+def _same_draws(observed: Tensor, probs: Tensor) -> bool:
+    """Draws from ``probs``: no token of probability 0 drawn, every frequency within 0.04 of its probability (the
+    checks draw 6000 times: a frequency's standard error is below 0.0065)."""
+    return bool(observed[probs == 0].sum() == 0 and (observed - probs).abs().max() <= 0.04)
+
+
+def _judge_draws(check: Any) -> Callable[[Observations], None]:
+    def judge_all(obs: Observations) -> None:
+        judge_cases((got, lambda got, case=case: _judge_frequencies(got, *case))
+                    for case, got in zip(check.cases, obs[check.key], strict=True))
+
+    return judge_all
+
+
+register("sample_next_temperature", _judge_draws(SAMPLE_TEMPERATURE))
+register("sample_next_top_k", _judge_draws(SAMPLE_TOP_K))
+register("sample_next_top_p", _judge_draws(SAMPLE_TOP_P))
+
+
+def _judge_greedy(obs: Observations) -> None:
+    what = "sample_next(logits of shape (5, 9), temperature=0)"
+    got = obs["greedy"]
+    if isinstance(got, Raised):
+        about_zero = got.type == "ZeroDivisionError" or any(
+            word in got.message for word in ("inf", "nan", "division", "zero"))
+        raise Mistake(f"{what} {got.describe()} — temperature 0 is greedy decoding: return the argmax of each row "
+                      f"before dividing by the temperature", "temperature 0 divides by zero" if about_zero else None)
+    expected = GREEDY_ROWS.argmax(dim=-1)
+    if not isinstance(got, Tensor) or tuple(got.shape) != (5,):
+        raise Mistake(_unnamed(f"{what} should return 5 token ids, one per row; got {got!r:.80}"))
+    if not torch.equal(got.long(), expected):
+        raise Mistake(f"{what} gave {got.tolist()}, expected the argmax of each row, {expected.tolist()} — "
+                      f"temperature 0 is greedy decoding, no draw")
+
+
+register("sample_next_greedy", _judge_greedy)
+
+
+def _judge_generator(obs: Observations) -> None:
+    what = "sample_next(logits of shape (40, 6), temperature=1.0, generator=...)"
+    got = obs["draws"]
+    if isinstance(got, Raised):
+        raise Mistake(_describe(got, what))
+    first, again, other = got["first"], got["again"], got["other"]
+    if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in (first, again, other)):
+        raise Mistake(_unnamed(f"{what} should return 40 token ids, one per row; got {first!r:.80}"))
+    if got["global_used"]:
+        raise Mistake(f"{what} drew from PyTorch's global random state instead of the generator it was given: pass "
+                      f"generator=generator to torch.multinomial, so that the same generator state gives the same "
+                      f"tokens", "global RNG instead of the generator")
+    if not torch.equal(first, again):
+        raise Mistake(f"{what}: two generators seeded alike gave different tokens — draw with the generator given")
+    if torch.equal(first, other):
+        raise Mistake(f"{what}: generators seeded 5 and 6 gave the same 40 tokens — is anything drawn at all? Only "
+                      f"temperature=0 is the argmax", ARGMAX)
+
+
+register("sample_next_generator", _judge_generator)
+
+
+# ================================================================ online_softmax_attention
+
+def _online_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int, *, rescale_total: bool = True,
+                    rescale_out: bool = True, scale: bool = True, raise_max: bool = True, guard: bool = True,
+                    per_block: bool = False) -> Tensor:
+    """The online softmax with one named mistake, or none."""
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], t_k)
+    if scale:
+        q = q / math.sqrt(q.shape[-1])
+    m = q.new_full((*batch, t_q, 1), NEG_INF)
+    total = q.new_zeros((*batch, t_q, 1))
+    out = q.new_zeros((*batch, t_q, v.shape[-1]))
+    parts = []
+    for start in range(0, t_k, block):
+        scores = q @ k[..., start:start + block, :].transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., start:start + block], NEG_INF)
+        if per_block:
+            parts.append(ref.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k[..., start:start + block, :],
+                                                          v[..., start:start + block, :], None if mask is None else
+                                                          mask[..., start:start + block])[0])
+            continue
+        block_max = scores.amax(dim=-1, keepdim=True)
+        m_new = torch.maximum(m, block_max) if raise_max or start == 0 else m
+        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new)) if guard else m_new
+        rescale = torch.exp(m - shift)
+        p = torch.exp(scores - shift)
+        total = (total * rescale if rescale_total else total) + p.sum(dim=-1, keepdim=True)
+        out = (out * rescale if rescale_out else out) + p @ v[..., start:start + block, :]
+        m = m_new
+    if per_block:
+        return sum(parts) / len(parts)
+    return out / (torch.where(total > 0, total, torch.ones_like(total)) if guard else total)
+
+
+def _online_what(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> str:
+    return (f"online_softmax_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            + ("" if mask is None else f", mask {tuple(mask.shape)}") + f", block_size={block})")
+
+
+def _online_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> list[Suspect]:
+    run = lambda **kw: lambda: _online_variant(q, k, v, mask, block, **kw)  # noqa: E731
+    suspects = [
+        Suspect("when a block raises the running maximum, the old sum and output are not rescaled by "
+                "exp(m_old - m_new): they stay measured against the old maximum — multiply both by it before adding "
+                "the block's terms", "running sums not rescaled", run(rescale_total=False, rescale_out=False)),
+        Suspect("the running output is rescaled by exp(m_old - m_new) when the maximum rises, but the running sum "
+                "is not: rescale both", "running sum not rescaled", run(rescale_total=False)),
+        Suspect("the running sum is rescaled by exp(m_old - m_new) when the maximum rises, but the running output "
+                "is not: rescale both", "running output not rescaled", run(rescale_out=False)),
+        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(q.shape[-1]):g}", "no scaling",
+                run(scale=False)),
+        Suspect("the running maximum is set by the first block and never raised, so a later block with larger "
+                "scores overflows exp — take m_new = max(m, the block's maximum) at every block",
+                "running maximum never raised", run(raise_max=False)),
+        Suspect("each block is normalised on its own and the blocks' outputs averaged: the blocks must share one "
+                "softmax — carry m, the sum and the output from block to block and divide once, at the end",
+                "blocks normalised separately", run(per_block=True)),
+    ]
+    if mask is not None:
+        suspects += [
+            Suspect("a query whose keys are all masked — in one block, or in all of them — gets NaN: its running "
+                    "maximum is -inf and exp(-inf - (-inf)) is NaN; shift by 0 where the maximum is not finite, and "
+                    "divide by 1 where the sum is 0", "NaN on fully masked rows", run(guard=False)),
+            Suspect("the mask is ignored: masked keys still get weight", "mask ignored",
+                    lambda: _online_variant(q, k, v, None, block)),
+            Suspect("the mask is inverted: True means 'may attend', so block where the mask is False",
+                    "inverted mask", lambda: _online_variant(q, k, v, ~mask, block)),
+        ]
+    return suspects
+
+
+def _online_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> Tensor:
+    return ref.online_softmax_attention(q, k, v, mask, block_size=block)
+
+
+judge(Compare(ONLINE_VALUES, _online_reference, _online_what, _online_suspects,
+              hint="out must equal softmax(q kᵀ / √d_k) v, whatever the block size"))
+judge(Compare(ONLINE_MASKED, _online_reference, _online_what, _online_suspects,
+              hint="masked scores are -inf, and a query that may attend no key gets an all-zero output"))
+
+
+def _judge_blocks(obs: Observations) -> None:
+    q, k, v, block = BLOCK_CASE
+    what = _online_what(q, k, v, None, block)
+    got = obs["run"]
+    if isinstance(got, Raised):
+        raise Mistake(_describe(got, what))
+    if got["widest"] > block:
+        raise Mistake(f"{what} built a tensor of {got['widest']} scores per query: the (T_q, T_k) = "
+                      f"{(q.shape[-2], k.shape[-2])} matrix, all at once. The point of the exercise is that no more "
+                      f"than one block of scores, (T_q, block_size), ever exists: loop over the keys block by block",
+                      "all scores at once")
+    judge_tensor(got["out"], _online_reference(q, k, v, None, block), what, _online_suspects(q, k, v, None, block))
+
+
+register("online_softmax_attention_blocks", _judge_blocks)
+
+
+# ================================================================ KVCache
+
+def _cache_variant(n_layers: int, updates: list, kind: str = "") -> tuple:
+    """What a cache with one named mistake (or none) returns and holds after ``updates``."""
+    keys: list[Any] = [None] * n_layers
+    values: list[Any] = [None] * n_layers
+    returned = []
+    for layer, k, v in updates:
+        slot = 0 if kind == "shared" else layer
+        old_k, old_v = keys[slot], values[slot]
+        if old_k is not None and kind != "overwrite":
+            dim = {"last axis": -1, "heads axis": 1}.get(kind, -2)
+            pair = (k, old_k) if kind == "new first" else (old_k, k)
+            k = torch.cat(pair, dim=dim)
+            v = torch.cat((v, old_v) if kind == "new first" else (old_v, v), dim=dim)
+        keys[slot], values[slot] = k, v
+        returned.append((k, v))
+    if kind == "shared":
+        keys, values = [keys[0]] * n_layers, [values[0]] * n_layers
+    return tuple(returned), tuple(keys), tuple(values)
+
+
+_CACHE_SUSPECTS = (
+    ("overwrite", "each update replaces the layer's keys and values with the new ones: append them, "
+                  "torch.cat([cached, new], dim=-2), so that the cache keeps every position",
+     "cache overwritten instead of appended"),
+    ("new first", "the new keys and values go before the cached ones: positions run in order, so append them "
+                  "after, torch.cat([cached, new], dim=-2)", "new keys put before the cached ones"),
+    ("last axis", "the new keys are appended along the last axis, d_head: positions are axis -2 of (B, n_kv_heads, "
+                  "T, d_head)", "appended along the wrong axis"),
+    ("heads axis", "the new keys are appended along axis 1, the heads: positions are axis -2 of (B, n_kv_heads, "
+                   "T, d_head)", "appended along the wrong axis"),
+    ("shared", "every layer writes into the same entry: each layer has its own keys and values — keep one entry "
+               "per layer, keys[layer] and values[layer]", "one entry for every layer"),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and torch.allclose(
+            a.double(), b.double())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def _judge_cache_update(obs: Observations) -> None:
+    def one(got: Any, n_layers: int, updates: list) -> None:
+        what = f"KVCache({n_layers}) after {len(updates)} updates"
+        if isinstance(got, Raised):
+            raise Mistake(_describe(got, what))
+        expected = _cache_variant(n_layers, updates)
+        returned = got[0]
+        if any(r is None for r in returned):
+            raise Mistake(f"{what}: update returned None — return the layer's keys and values, everything "
+                          f"cached so far, as a pair (k, v)", NO_RETURN)
+        if _same(got, expected):
+            return
+        for kind, message, name in _CACHE_SUSPECTS:
+            if _same(got, _cache_variant(n_layers, updates, kind)):
+                raise Mistake(f"{what}: {message}", name)
+        for i, (r, e) in enumerate(zip(returned, expected[0], strict=True)):
+            if not _same(r, e):
+                layer, k, _ = updates[i]
+                raise Mistake(f"{what}: update {i + 1} (layer {layer}, new keys {tuple(k.shape)}) returned "
+                              f"{_shapes(r)}, expected {_shapes(e)}: every key and value of that layer so far, "
+                              f"old then new along the positions")
+        raise Mistake(f"{what}: cache.keys and cache.values should hold, per layer, what the last update of that "
+                      f"layer returned; got keys {_shapes(got[1])}")
+
+    judge_cases((got, lambda got, case=case: one(got, *case))
+                for case, got in zip(KV_UPDATE.cases, obs[KV_UPDATE.key], strict=True))
+
+
+def _shapes(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return tuple(x.shape)
+    if isinstance(x, (tuple, list)):
+        return tuple(_shapes(y) for y in x)
+    return x
+
+
+register("KVCache_update", _judge_cache_update)
+
+
+def _judge_length(obs: Observations) -> None:
+    n_layers, updates = KV_LENGTH_SCRIPT
+    got = obs["lengths"]
+    what = f"KVCache({n_layers}).length, before and after each of {len(updates)} updates (every layer in turn)"
+    if isinstance(got, Raised):
+        raise Mistake(_describe(got, what))
+    positions, counts, summed, last = [0], [0], [0], [0]
+    seen = [0] * n_layers
+    for i, (layer, k, _) in enumerate(updates):
+        seen[layer] += k.shape[-2]
+        positions.append(seen[0])
+        counts.append(i + 1)
+        summed.append(sum(seen))
+        last.append(seen[-1])
+    got = list(got)
+    if got == positions:
+        return
+    for wrong, message, name in (
+            (counts, "it counts the calls to update; T_cache is the number of positions cached, the length of "
+                     "axis -2 of a layer's keys", "length counts updates, not positions"),
+            (summed, "it adds up the positions of every layer; every layer holds the same positions, so T_cache is "
+                     "one layer's count, that of layer 0", "length summed over the layers"),
+            (last, "it reads the last layer, which the model fills last: while a step runs, layer 0 already holds the "
+                   "new positions — read layer 0's keys", "length read from the last layer")):
+        if got == wrong:
+            raise Mistake(f"{what} gave {got}: {message}", name)
+    raise Mistake(f"{what} gave {got}, expected {positions}: 0 before the first update, then the positions held by "
+                  f"layer 0")
+
+
+register("KVCache_length", _judge_length)
+
+
+# ================================================================ GroupedQueryAttention
+
+def _gqa_manual(case: AttnCase, x: Tensor, *, interleaved: bool = False, causal: bool = True,
+                scale_by: int | None = None, project_out: bool = True, chunks: tuple[int, ...] = (),
+                offset: bool = True, cached: bool = True) -> Tensor:
+    """Grouped-query attention written out with the seeded weights, with one named mistake or none. ``chunks``
+    feeds ``x`` piece by piece with a cache (``offset``: the mask lines the queries up with the cached keys;
+    ``cached``: earlier chunks' keys are kept at all)."""
+    w = attention_weights(case.d, case.n_heads, case.n_kv, case.seed)
+    d_head, group = case.d // case.n_heads, case.n_heads // case.n_kv
+
+    def heads(t: Tensor, n: int) -> Tensor:
+        return t.reshape(t.shape[0], t.shape[1], n, d_head).transpose(1, 2)
+
+    outs, keys, values = [], None, None
+    for start, t in _pieces(chunks or (x.shape[1],)):
+        piece = x[:, start:start + t]
+        q = heads(piece @ w["w_q"].T + w["b_q"], case.n_heads)
+        k = heads(piece @ w["w_k"].T + w["b_k"], case.n_kv)
+        v = heads(piece @ w["w_v"].T + w["b_v"], case.n_kv)
+        if cached and keys is not None:
+            k, v = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
+        keys, values = k, v
+        index = torch.arange(case.n_heads) % case.n_kv if interleaved else torch.arange(case.n_heads) // group
+        k, v = k[:, index], v[:, index]  # (B, n_heads, T_k, d_head)
+        t_k = k.shape[-2]
+        mask = torch.ones(t, t_k, dtype=torch.bool).tril(t_k - t if offset else 0) if causal else None
+        scores = q @ k.transpose(-2, -1) / math.sqrt(scale_by or d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, NEG_INF)
+        merged = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(piece.shape[0], t, case.d)
+        outs.append(merged @ w["w_o"].T + w["b_o"] if project_out else merged)
+    return torch.cat(outs, dim=1)
+
+
+def _pieces(chunks: tuple[int, ...]) -> list[tuple[int, int]]:
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    return list(zip(starts, chunks, strict=True))
+
+
+def _gqa_suspects(case: AttnCase) -> list[Suspect]:
+    run = lambda **kw: lambda: _gqa_manual(case, case.x, **kw)  # noqa: E731
+    return [
+        Suspect("query head h reads key/value head h % n_kv_heads: `k.repeat(1, group, 1, 1)` tiles the heads "
+                "(0, 1, 0, 1 …), but a group is *consecutive* query heads, so head h reads head h // group — use "
+                "`repeat_interleave(group, dim=1)`, or reshape the queries into groups", "repeat instead of "
+                "repeat_interleave", run(interleaved=True)),
+        Suspect("no causal mask: every token attends the tokens after it — mask with causal_mask(T, T_k)",
+                NO_CAUSAL_MASK, run(causal=False)),
+        Suspect(f"the scores are scaled by √d_model = √{case.d} instead of √d_head = √{case.d // case.n_heads}",
+                "scaled by √d_model instead of √d_head", run(scale_by=case.d)),
+        Suspect("the heads are merged but not projected: the output goes through w_o", "w_o not applied",
+                run(project_out=False)),
+    ]
+
+
+def _gqa_reference(case: AttnCase) -> Tensor:
+    with torch.no_grad():
+        return build_attention(ref.GroupedQueryAttention, case)(case.x)
+
+
+judge(Compare(GQA_FORWARD, _gqa_reference, lambda case: case.what(), _gqa_suspects,
+              hint="split the queries into n_heads heads and the keys and values into n_kv_heads; query head h "
+                   "reads key/value head h // (n_heads // n_kv_heads); causal mask; then w_o"))
+
+
+def _offset_crash(raised: Raised, what: str) -> Mistake:
+    if "must match the size" in raised.message or "expanded size" in raised.message:
+        return Mistake(f"{what} {raised.describe()} — with a cache the scores are (T, T_cache + T), so the mask must "
+                       f"be causal_mask(T, T_cache + T), whose offset lines the new queries up with the cached keys; "
+                       f"causal_mask(T) is (T, T)", NO_OFFSET)
+    return Mistake(_describe(raised, what))
+
+
+def _judge_cached(got: Any, what: str, expected: Tensor, suspects: list[Suspect], keys_expected: tuple,
+                  layer: int, n_heads: int) -> None:
+    if isinstance(got, Raised):
+        raise _offset_crash(got, what)
+    out, keys = got
+    judge_tensor(out, expected, what, suspects,
+                 hint="each chunk's queries attend every cached key and the chunk's own keys up to themselves; the "
+                      "outputs must be those of the whole sequence at once")
+    keys = tuple(None if k is None else tuple(k) for k in keys)
+    if keys == keys_expected:
+        return
+    if keys[layer] is None and any(k is not None for k in keys):
+        raise Mistake(f"{what}: the keys went into the cache's entry {keys.index(next(k for k in keys if k))}, not "
+                      f"entry {layer}: pass `layer` on to cache.update(layer, k, v)", "layer argument ignored")
+    shape = keys_expected[layer]
+    if keys[layer] is not None and keys[layer][1] == n_heads != shape[1]:
+        raise Mistake(f"{what}: the cache holds keys {keys[layer]}, one per query head; it should hold the "
+                      f"n_kv_heads = {shape[1]} key/value heads, {shape} — cache k and v before expanding them to "
+                      f"the query heads, or grouped-query attention saves no memory", "repeated heads cached")
+    raise Mistake(f"{what}: the cache holds keys of shapes {keys}, expected {keys_expected}: cache.update(layer, "
+                  f"k, v) takes k and v of shape (B, n_kv_heads, T, d_head) and keeps them as they are")
+
+
+def _judge_gqa_cache(obs: Observations) -> None:
+    def one(got: Any, case: AttnCase) -> None:
+        what = f"{case.what()} fed in chunks of {list(case.chunks)} with a cache, as layer 1"
+        suspects = [
+            Suspect("the mask has no offset: new query i attends only keys 0..i of the whole sequence, not the cached "
+                    "keys before it — use causal_mask(T, T_cache + T), which lines the last query up with the last "
+                    "key", NO_OFFSET, lambda: _gqa_manual(case, case.x, chunks=case.chunks, offset=False)),
+            Suspect("each chunk attends only its own keys: append them to the cache, k, v = cache.update(layer, k, "
+                    "v), and attend everything it returns", "cache not used",
+                    lambda: _gqa_manual(case, case.x, chunks=case.chunks, cached=False)),
+            *_gqa_suspects(case),
+        ]
+        d_head = case.d // case.n_heads
+        keys = (None, (case.x.shape[0], case.n_kv, case.x.shape[1], d_head))
+        _judge_cached(got, what, _gqa_reference(case), suspects, keys, 1, case.n_heads)
+
+    judge_cases((got, lambda got, case=case: one(got, *case))
+                for case, got in zip(GQA_CACHE.cases, obs[GQA_CACHE.key], strict=True))
+
+
+register("GroupedQueryAttention_cache", _judge_gqa_cache)
+
+
+def _judge_gqa_projections(obs: Observations) -> None:
+    for key, (d, h, kv) in (("gqa", (32, 8, 2)), ("mqa", (24, 4, 1))):
+        what = f"GroupedQueryAttention({d}, {h}, {kv})"
+        got = obs[key]
+        if isinstance(got, Raised):
+            raise Mistake(_describe(got, what))
+        width = kv * d // h
+        for name, rows in (("w_q", d), ("w_k", width), ("w_v", width), ("w_o", d)):
+            facts = got[name]
+            if facts.get("type") != "Linear":
+                raise Mistake(f"{what}.{name} should be an nn.Linear, got {facts.get('type')}")
+            if tuple(facts["weight"]) == (rows, d):
+                continue
+            if name in ("w_k", "w_v") and tuple(facts["weight"]) == (d, d):
+                raise Mistake(f"{what}.{name} maps {d} -> {d} features: it makes n_kv_heads = {kv} heads of d_head "
+                              f"= {d // h}, {width} features, the whole point of sharing them — "
+                              f"nn.Linear(d_model, n_kv_heads * d_head)", "w_k and w_v of width d_model")
+            raise Mistake(f"{what}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
+                          f"{d} -> {rows}")
+
+
+register("GroupedQueryAttention_projections", _judge_gqa_projections)
+
+
+# ================================================================ GPTBlock
+
+def _block_parts(case: BlockCase) -> Any:
+    return build_block(ref.GPTBlock, case)
+
+
+def _block_variant(case: BlockCase, x: Tensor, *, post_norm: bool = False, residual: tuple[bool, bool] = (True, True),
+                   from_normed: bool = False, swapped: bool = False) -> Tensor:
+    block = _block_parts(case)
+    norms = (block.norm2, block.norm1) if swapped else (block.norm1, block.norm2)
+    with torch.no_grad():
+        for f, norm, keep in zip((block.attn, block.ff), norms, residual, strict=True):
+            if post_norm:
+                x = norm(x + f(x)) if keep else norm(f(x))
+            else:
+                h = norm(x)
+                x = ((h if from_normed else x) + f(h)) if keep else f(h)
+    return x
+
+
+def _block_suspects(case: BlockCase, x: Tensor) -> list[Suspect]:
+    run = lambda **kw: lambda: _block_variant(case, x, **kw)  # noqa: E731
+    return [
+        Suspect("it normalises after adding the residual, LN(x + f(x)): that is Chapter 6's post-norm; a GPT block "
+                "is pre-norm, x + f(LN(x))", "post-norm instead of pre-norm", run(post_norm=True)),
+        Suspect("the attention's output is not added back to its input: x + attn(norm1(x))",
+                "residual missing around the attention", run(residual=(False, True))),
+        Suspect("the feed-forward output is not added back to its input: h + ff(norm2(h))",
+                "residual missing around the feed-forward network", run(residual=(True, False))),
+        Suspect("the residual adds the normalised input, LN(x) + f(LN(x)); pre-norm adds the raw input, "
+                "x + f(LN(x))", "residual taken from the normalised x", run(from_normed=True)),
+        Suspect("norm2 serves the attention and norm1 the feed-forward network: norm1 comes first",
+                "norm1 and norm2 swapped", run(swapped=True)),
+    ]
+
+
+def _block_reference(case: BlockCase) -> Tensor:
+    with torch.no_grad():
+        return _block_parts(case)(case.x)
+
+
+judge(Compare(BLOCK_FORWARD, _block_reference, lambda case: case.what(), lambda case: _block_suspects(case, case.x),
+              hint="x = x + attn(norm1(x)), then x = x + ff(norm2(x))"))
+
+
+def _judge_block_cache(obs: Observations) -> None:
+    def one(got: Any, case: BlockCase) -> None:
+        block = _block_parts(case)
+
+        def chunks_alone() -> Tensor:
+            with torch.no_grad():
+                return torch.cat([block(case.x[:, s:s + t]) for s, t in _pieces(case.chunks)], dim=1)
+
+        suspects = [Suspect("each chunk attends only itself: pass the cache and the layer on to the attention, "
+                            "self.attn(self.norm1(x), cache, layer)", "cache not passed on", chunks_alone),
+                    *_block_suspects(case, case.x)]
+        keys = (None, None, (case.x.shape[0], case.n_kv, case.x.shape[1], case.d // case.n_heads))
+        _judge_cached(got, f"{case.what()} as layer 2", _block_reference(case), suspects, keys, 2, case.n_heads)
+
+    judge_cases((got, lambda got, case=case: one(got, *case))
+                for case, got in zip(BLOCK_CACHE.cases, obs[BLOCK_CACHE.key], strict=True))
+
+
+register("GPTBlock_cache", _judge_block_cache)
+
+
+# ================================================================ GPT
+
+def _model(case: ModelCase) -> Any:
+    return load_model(ref.GPT(case.config), case.config, case.seed)
+
+
+def _gpt_variant(case: ModelCase, *, final_norm: bool = True, positions: bool = True, scaled: bool = False,
+                 restart: bool = False, pass_cache: bool = True) -> Tensor:
+    """The logits of the reference model, run with one named mistake (fed in ``case.chunks`` with a cache when
+    there are any)."""
+    model = _model(case)
+    cache = ProbeCache(case.config.n_layers)
+    outs = []
+    with torch.no_grad():
+        for start, t in _pieces(case.chunks or (case.tokens.shape[1],)):
+            tokens = case.tokens[:, start:start + t]
+            first = 0 if restart or not case.chunks else start
+            x = model.tok_embed(tokens) * (math.sqrt(case.config.d_model) if scaled else 1.0)
+            if positions:
+                x = x + model.pos_embed(torch.arange(first, first + t))
+            for layer, block in enumerate(model.blocks):
+                x = block(x, cache if pass_cache and case.chunks else None, layer)
+            outs.append(model.out(model.norm(x) if final_norm else x))
+    return torch.cat(outs, dim=1)
+
+
+def _gpt_suspects(case: ModelCase) -> list[Suspect]:
+    run = lambda **kw: lambda: _gpt_variant(case, **kw)  # noqa: E731
+    return [
+        Suspect("the last block's output goes to the output layer without the final LayerNorm: pre-norm blocks "
+                "leave their output unnormalised, so the model ends with self.norm", "missing final LayerNorm",
+                run(final_norm=False)),
+        Suspect("no position is added: x = tok_embed(tokens) + pos_embed(positions)", "positions not added",
+                run(positions=False)),
+        Suspect(f"the token embeddings are multiplied by √d_model = {math.sqrt(case.config.d_model):g}, as Chapter "
+                f"6's Transformer did; a GPT adds E[tokens] and the positions as they are",
+                "embeddings scaled by √d_model", run(scaled=True)),
+    ]
+
+
+def _gpt_reference(case: ModelCase) -> Tensor:
+    with torch.no_grad():
+        return _model(case)(case.tokens)
+
+
+judge(Compare(MODEL_FORWARD, _gpt_reference, lambda case: case.what(), _gpt_suspects,
+              hint="logits = out(norm(blocks(tok_embed(tokens) + pos_embed(0..T-1))))"))
+
+
+def _gpt_cache_suspects(case: ModelCase) -> list[Suspect]:
+    run = lambda **kw: lambda: _gpt_variant(case, **kw)  # noqa: E731
+    return [
+        Suspect("the positions restart at 0 for every chunk: with a cache, the new tokens sit at positions "
+                "T_cache .. T_cache + T - 1, cache.length onwards", "positions restart at 0 with a cache",
+                run(restart=True)),
+        Suspect("the cache is not passed on to the blocks, so each chunk attends only itself: block(x, cache, "
+                "layer) for every layer", "cache not passed on", run(pass_cache=False)),
+        *_gpt_suspects(case),
+    ]
+
+
+def _judge_gpt_cache(obs: Observations) -> None:
+    def one(got: Any, case: ModelCase) -> None:
+        what = case.what()
+        if isinstance(got, Raised):
+            raise _offset_crash(got, what)
+        judge_tensor(got, _gpt_reference(case), what, _gpt_cache_suspects(case),
+                     hint="the logits of every chunk must be those the model gives these positions in one pass")
+
+    judge_cases((got, lambda got, case=case: one(got, *case))
+                for case, got in zip(MODEL_CACHE.cases, obs[MODEL_CACHE.key], strict=True))
+
+
+register("GPT_cache", _judge_gpt_cache)
+
+EMBEDDINGS_STD_1 = "embeddings left at std 1"
+
+
+def _judge_gpt_parts(obs: Observations) -> None:
+    got = obs["facts"]
+    what = "GPT(vocab=300, d_model=64, n_heads=4, n_kv_heads=2, n_layers=3, max_len=200)"
+    if isinstance(got, Raised):
+        raise Mistake(_describe(got, what))
+    if not got["is_module"]:
+        raise Mistake(f"{what} should be an nn.Module: subclass nn.Module and call super().__init__() first")
+    for name, rows in (("tok_embed", 300), ("pos_embed", 200)):
+        table = got[name]
+        if not isinstance(table, dict) or tuple(table["shape"]) != (rows, 64):
+            raise Mistake(_unnamed(f"{what}.{name} should be an nn.Embedding({rows}, 64); got {table}"))
+        if table["std"] > 0.5:
+            raise Mistake(f"{what}.{name} has weights of std {table['std']:.2f}, nn.Embedding's default: start them "
+                          f"at std 0.02, nn.init.normal_(weight, std=0.02), as GPT-2 does, so that the first logits "
+                          f"are near 0", EMBEDDINGS_STD_1)
+        if not 0.015 < table["std"] < 0.025:
+            raise Mistake(f"{what}.{name} has weights of std {table['std']:.3f}; start them at std 0.02")
+    if got["blocks"] != 3:
+        raise Mistake(_unnamed(f"{what}.blocks should be an nn.ModuleList of n_layers = 3 GPTBlocks; got "
+                               f"{got['blocks']}"))
+    if got["norm"] != "LayerNorm":
+        raise Mistake(f"{what}.norm is {got['norm']}: the pre-norm blocks leave their output unnormalised, so the "
+                      f"model ends with a final nn.LayerNorm(d_model) before the output layer",
+                      "missing final LayerNorm")
+    out = got["out"]
+    if out.get("type") != "Linear" or tuple(out["weight"]) != (300, 64):
+        raise Mistake(_unnamed(f"{what}.out should be an nn.Linear(64, 300, bias=False); got {out}"))
+    if not got["tied"]:
+        raise Mistake(f"{what}.out has a weight of its own: tie it to the token embedding, self.out.weight = "
+                      f"self.tok_embed.weight, one (vocab, d_model) Parameter that reads tokens in and scores them "
+                      f"out", "untied output layer")
+    if out["bias"]:
+        raise Mistake(f"{what}.out has a bias: a token's logit is the dot product of the final vector with its "
+                      f"embedding, nn.Linear(d_model, vocab, bias=False)", "output layer with a bias")
+
+
+register("GPT_parts", _judge_gpt_parts)
+
+#: The held-out loss the training check asks for, and what it measured (see ``_judge_learns``).
+HELD_OUT_BELOW = 2.55
+
+
+def _judge_learns(obs: Observations) -> None:
+    """A GPT of one block (d_model 48, 4 query heads, 2 key/value heads) trained for 120 AdamW steps (lr 1e-2) on
+    batches of 32 windows of 32 characters of Python's help pages must reach a held-out loss (64 windows) below
+    2.55 nats per character. Measured on the reference (one thread of a 2-core CPU, about 1.6 s a run): 2.415,
+    2.360, 2.361, 2.312, 2.344, 2.357, 2.420 and 2.324 for the initial seeds 0 to 7 (the check uses seed 0);
+    ln V = 4.63 is where it starts and 3.13 the loss of the characters' frequencies alone. Margin: 0.13 above the
+    worst seed. Measured mistakes: embeddings left at std 1 reach 2.72 (first loss about 30), named from the first
+    loss; no causal mask reaches 0.25, named from the logits themselves (changing the second half of a window
+    changes the first half's logits)."""
+    got = obs["run"]
+    what = (f"a GPT of {TRAIN['n_layers']} block (d_model={TRAIN['d_model']}) trained for {TRAIN['steps']} steps on "
+            f"Python's help pages")
+    if isinstance(got, Raised):
+        raise Mistake(_describe(got, what))
+    if got["sees_future"]:
+        raise Mistake(f"{what}: changing the second half of a window changed the logits of its first half, so "
+                      f"every position sees the characters after it — in training it copies the next character "
+                      f"instead of predicting it. Mask with causal_mask(T, T_cache + T)", NO_CAUSAL_MASK)
+    held_out, first = got["held_out"], got["first"]
+    if not math.isfinite(held_out):
+        raise Mistake(f"{what}: the held-out loss is {held_out}")
+    if held_out < HELD_OUT_BELOW:
+        return
+    if first > math.log(103) + 3:
+        raise Mistake(f"{what}: the first loss was {first:.1f}, far above ln V = 4.6, and the held-out loss "
+                      f"{held_out:.2f} stays above {HELD_OUT_BELOW}: the embeddings start too large — initialise "
+                      f"tok_embed and pos_embed with std 0.02", EMBEDDINGS_STD_1)
+    raise Mistake(f"{what}: the held-out loss is {held_out:.2f} nats per character (first training loss {first:.2f}, "
+                  f"last {got['last']:.2f}); the reference reaches about 2.4 — expected below {HELD_OUT_BELOW}. "
+                  f"Does every part receive a gradient, and is dropout off in eval mode?")
+
+
+register("GPT_learns", _judge_learns)
+
+
+# ================================================================ generate
+
+def _generate_variant(model: Rigged, prompt: Tensor, new: int, use_cache: bool, *, keep_prompt: bool = True,
+                      extra: int = 0, position: int = -1) -> Tensor:
+    """Greedy generation with one named mistake, or none."""
+    tokens = prompt
+    for _ in range(new + extra):
+        logits = model(tokens)
+        tokens = torch.cat([tokens, logits[:, position].argmax(-1, keepdim=True)], dim=1)
+    return tokens if keep_prompt else tokens[:, prompt.shape[1]:]
+
+
+def _generate_suspects(case: GenerateCase) -> list[Suspect]:
+    def run(**kw: Any) -> Callable[[], Tensor]:
+        return lambda: _generate_variant(Rigged(), torch.tensor(case.prompt), case.new, case.use_cache, **kw)
+
+    return [
+        Suspect("it returns only the new tokens: return the prompt followed by them, (B, T0 + max_new_tokens)",
+                "prompt dropped", run(keep_prompt=False)),
+        Suspect("it adds one token more than max_new_tokens", "one token too many", run(extra=1)),
+        Suspect("it adds one token fewer than max_new_tokens", "one token too few", run(extra=-1)),
+        Suspect("each step reads the logits of the first position: the next token is predicted by the last one, "
+                "logits[:, -1]", "logits of the first position", run(position=0)),
+    ]
+
+
+def _expected_tokens(case: GenerateCase) -> Tensor:
+    return ref.generate(Rigged(), torch.tensor(case.prompt), case.new, use_cache=False, **dict(case.options))
+
+
+def _judge_tokens_of(got: Any, case: GenerateCase) -> dict[str, Any]:
+    what = case.what()
+    if isinstance(got, Raised):
+        raise _offset_crash(got, what) if case.use_cache else Mistake(_describe(got, what))
+    out = got["out"]
+    expected = _expected_tokens(case)
+    if not isinstance(out, Tensor) or out.dim() != 2:
+        raise Mistake(_unnamed(f"{what} should return a (B, T0 + max_new_tokens) tensor of token ids; got "
+                               f"{out!r:.80}"))
+    if out.shape == expected.shape and out.dtype != torch.int64:
+        raise Mistake(f"{what} returned {out.dtype} — token ids are a LongTensor (int64)", "token ids not int64")
+    return {"what": what, "out": out, "expected": expected}
+
+
+def _judge_generate_tokens(obs: Observations) -> None:
+    def one(got: Any, case: GenerateCase) -> None:
+        found = _judge_tokens_of(got, case)
+        what, out, expected = found["what"], found["out"], found["expected"]
+        if not torch.equal(out, expected):
+            for suspect in _generate_suspects(case):
+                candidate = suspect.produce()
+                if candidate.shape == out.shape and torch.equal(candidate, out):
+                    raise Mistake(f"{what}: {suspect.message}", suspect.name)
+            raise Mistake(f"{what} gave {out.tolist()}, expected {expected.tolist()}: at every step, the next token "
+                          f"comes from the logits of the last position, and is appended")
+        if case.new and any(got["modes"]):
+            raise Mistake(f"{what} ran the model in training mode: call model.eval() first (dropout would make the "
+                          f"tokens random), and give back the mode it had", "model left in training mode")
+        if case.new and not got["training_after"]:
+            raise Mistake(f"{what} left the model in eval mode, though it came in training mode: put it back, "
+                          f"model.train(was_training), so that training can go on after a sample",
+                          "training mode not restored")
+
+    judge_cases((got, lambda got, case=case: one(got, case))
+                for case, got in zip(GENERATE_TOKENS_CASES, obs["runs"], strict=True))
+
+
+register("generate_tokens", _judge_generate_tokens)
+
+
+def _judge_generate_cache(obs: Observations) -> None:
+    def one(got: Any, case: GenerateCase) -> None:
+        found = _judge_tokens_of(got, case)
+        what, out, expected = found["what"], found["out"], found["expected"]
+        t0, calls = len(case.prompt[0]), [tuple(c) for c in got["calls"]]
+        wanted = [(t0, 0)] + [(1, t0 + i) for i in range(case.new - 1)]
+        if calls != wanted:
+            fed = ", ".join(f"{t} tokens" + ("" if c is None else f" on a cache of {c}") for t, c in calls[:5])
+            head = f"{what} fed the model {fed}{' …' if len(calls) > 5 else ''}; expected the prompt once, then " \
+                   f"each new token alone"
+            if calls and all(c is None for _, c in calls):
+                raise Mistake(f"{head}: it never gave the model a cache — with use_cache, make one KVCache("
+                              f"model.config.n_layers) and pass it at every step", "use_cache ignored")
+            if len(calls) > 1 and all(c == 0 for _, c in calls):
+                raise Mistake(f"{head}: a new, empty cache at every step forgets what the last step cached — make "
+                              f"the cache once, before the loop", "new cache at every step")
+            if len(calls) > 1 and calls[0] == wanted[0] and all(t > 1 for t, _ in calls[1:]):
+                raise Mistake(f"{head}: once the cache holds the prompt, feed only the newest token, "
+                              f"tokens[:, -1:] — feeding the whole sequence again caches it twice",
+                              "whole sequence fed with a cache")
+            raise Mistake(f"{head}: {wanted}")
+        if not torch.equal(out, expected):
+            raise Mistake(f"{what} gave {out.tolist()}, expected {expected.tolist()}, the tokens of generating "
+                          f"without a cache — with a cache the model must see the same tokens")
+
+    judge_cases((got, lambda got, case=case: one(got, case))
+                for case, got in zip(GENERATE_CACHE_CASES, obs["runs"], strict=True))
+
+
+register("generate_cache", _judge_generate_cache)
+
+
+def _judge_sampling(obs: Observations) -> None:
+    what = "generate(model, prompt (4, 2), max_new_tokens=8, temperature=1.0, generator=...)"
+    draws = {key: obs[key] for key in ("first", "again", "other", "top_k_1", "greedy")}
+    for key, got in draws.items():
+        if isinstance(got, Raised):
+            raise Mistake(_describe(got, what + ("" if key != "top_k_1" else " with top_k=1")))
+        if not isinstance(got, Tensor) or tuple(got.shape) != (4, 10):
+            raise Mistake(_unnamed(f"{what} should return (4, 10) token ids; got {got!r:.80}"))
+    if torch.equal(draws["first"], draws["greedy"]) and torch.equal(draws["other"], draws["greedy"]):
+        raise Mistake(f"{what}: two generators gave the greedy tokens — asked to sample, it took the argmax: draw "
+                      f"each token with sample_next(logits[:, -1], temperature, top_k, top_p, generator)", ARGMAX)
+    if not torch.equal(draws["first"], draws["again"]):
+        raise Mistake(f"{what}: two generators seeded alike gave different tokens — pass the generator on to "
+                      f"sample_next", "generator not passed on")
+    if not torch.equal(draws["top_k_1"], draws["greedy"]):
+        raise Mistake(f"{what} with top_k=1 did not give the greedy tokens: pass temperature, top_k and top_p on "
+                      f"to sample_next", "sampling options not passed on")
+
+
+register("generate_sampling", _judge_sampling)
+
+
+# ================================================================ concept checks
+
+def _kv_elements_suspects(n_layers: int, batch: int, n_heads: int, n_kv: int, length: int, d_head: int) -> list:
+    one = n_layers * batch * n_kv * length * d_head
+    return [
+        Suspect("the cache keeps the values as well as the keys: twice as many numbers", "only the keys counted",
+                lambda: one),
+        Suspect(f"only the n_kv_heads = {n_kv} key/value heads are cached; the n_heads = {n_heads} query heads share "
+                f"them — that is what grouped-query attention saves", "n_heads instead of n_kv_heads",
+                lambda: 2 * one // n_kv * n_heads),
+        Suspect(f"every one of the {n_layers} layers keeps its own keys and values", "one layer counted",
+                lambda: 2 * one // n_layers),
+        Suspect("queries are never cached: each is used once, by the step that makes it", "queries cached too",
+                lambda: 2 * one + one // n_kv * n_heads),
+    ]
+
+
+def _positions_suspects(prompt_len: int, new: int, use_cache: bool) -> list:
+    full = new * prompt_len + new * (new - 1) // 2
+    cached = prompt_len + new - 1
+    if use_cache:
+        return [
+            Suspect("the last token is drawn from the last step's logits and never fed to the model",
+                    "last token fed too", lambda: cached + 1),
+            Suspect("the prompt is read once, at the first step, to fill the cache", "prompt not counted",
+                    lambda: new),
+            Suspect("with a cache the prompt is read once; after it each step feeds one token",
+                    "prompt re-read at every step", lambda: new * prompt_len + new - 1),
+            Suspect("a cache keeps the keys and values, so nothing is computed twice", "cache taken to save nothing",
+                    lambda: full),
+        ]
+    return [
+        Suspect("without a cache nothing is kept between steps: each step runs the model over the whole sequence "
+                "again, prompt included", "no cache taken to be linear", lambda: cached),
+        Suspect("the step that adds the last token runs over the sequence before it, not after",
+                "final sequence counted at every step", lambda: new * (prompt_len + new)),
+    ]
+
+
+register("kv_cache_elements_answer", lambda obs: judge_answers(
+    obs, KV_CACHE_ELEMENTS_CASES, ref.kv_cache_elements, _kv_elements_suspects,
+    lambda *a: f"kv_cache_elements{a}"))
+register("positions_processed_answer", lambda obs: judge_answers(
+    obs, POSITIONS_PROCESSED_CASES, ref.positions_processed, _positions_suspects,
+    lambda *a: f"positions_processed{a}"))

@@ -1,0 +1,802 @@
+"""Chapter 7 catalogue: plausible wrong answers (each must lose points with a message naming its
+mistake) and correct alternatives (each must keep full marks).
+
+Every entry is written the way a learner would write it, using only the names
+the exercise notebook gives (``math``, ``torch``, ``F``, ``nn``, ``Tensor`` and
+the helpers of its setup cell — ``causal_mask``, ``split_heads``,
+``merge_heads``, ``attend``, ``FeedForward`` — repeated here) and, where the
+exercise builds on an earlier one, that earlier exercise, which the catalogue
+tests supply from the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from catalogue import Entry
+from solutions.gpt import GPTBlock, GroupedQueryAttention, KVCache, sample_next
+
+
+def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
+    t_k = t_q if t_k is None else t_k
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    b, t, width = x.shape
+    return x.view(b, t, n_heads, width // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    b, h, t, d = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * d)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    s = q @ k.mT / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(mask.logical_not(), -math.inf)
+    return s.softmax(dim=-1) @ v
+
+
+class FeedForward(nn.Sequential):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+        super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+
+# ================================================================ sample_next
+
+
+def _top_k(logits, top_k):
+    kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+    return logits.masked_fill(logits < kth, -math.inf)
+
+
+def _top_p(logits, top_p, crossing=True):
+    probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
+    before = probs.cumsum(-1) - probs if crossing else probs.cumsum(-1)
+    keep = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before < top_p)
+    return logits.masked_fill(~keep, -math.inf)
+
+
+def sample_temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    probs = logits.softmax(-1) / temperature  # "the temperature scales the probabilities"
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_top_k_minus_one(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.sort(dim=-1, descending=True).values[:, top_k - 1:top_k]
+        logits = logits.masked_fill(logits <= kth, -math.inf)  # <= drops the k-th itself
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def sample_top_p_drops_crossing(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p, crossing=False)  # keeps cumsum < p: the token that crosses p is dropped
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def sample_global_rng(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)  # the generator is never used
+
+
+def sample_divides_by_zero(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    logits = logits / temperature  # temperature 0: inf and nan
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def sample_in_sorted_order(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    sorted_logits, order = torch.sort(logits / temperature, dim=-1, descending=True)
+    if top_k is not None:
+        sorted_logits[:, top_k:] = -math.inf  # no ties in these logits: the first k are the top k
+    probs = sorted_logits.softmax(dim=-1)
+    if top_p is not None:
+        probs = probs * ((probs.cumsum(dim=-1) - probs) < top_p)
+    choice = torch.multinomial(probs, 1, generator=generator)  # a position in the sorted order
+    return order.gather(-1, choice).squeeze(-1)
+
+
+def sample_with_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits / temperature
+    if top_k is not None:
+        scaled = _top_k(scaled, top_k)
+    if top_p is not None:
+        scaled = _top_p(scaled, top_p)
+    cdf = scaled.softmax(-1).cumsum(-1)
+    u = torch.rand(logits.shape[0], 1, generator=generator, dtype=cdf.dtype)
+    return (cdf < u * cdf[:, -1:]).sum(dim=-1).clamp(max=logits.shape[-1] - 1)
+
+
+# ================================================================ online_softmax_attention
+
+
+def _prepare(q, k, mask, block_size):
+    if block_size < 1 or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"block_size {block_size}, q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if mask is not None:
+        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
+    return mask
+
+
+def online_no_rescale(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    q = q / math.sqrt(q.shape[-1])
+    m, total, out = None, 0.0, 0.0
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        m = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
+        total = total + p.sum(-1, keepdim=True)  # the old sums are still measured against the old maximum
+        out = out + p @ v[..., s:s + block_size, :]
+    return out / torch.where(total > 0, total, 1.0)
+
+
+def online_unscaled(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    m, total, out = None, 0.0, 0.0
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT  # no 1/sqrt(d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        new = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
+        safe = torch.nan_to_num(new, neginf=0.0)
+        p = torch.exp(scores - safe)
+        if m is not None:
+            total, out = total * torch.exp(m - safe), out * torch.exp(m - safe)
+        total, out, m = total + p.sum(-1, keepdim=True), out + p @ v[..., s:s + block_size, :], new
+    return out / torch.where(total > 0, total, 1.0)
+
+
+def online_nan_on_dead_rows(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    q = q / math.sqrt(q.shape[-1])
+    m, total, out = None, 0.0, 0.0
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        new = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - new)  # -inf - (-inf) = nan when a row has seen no key yet
+        if m is not None:
+            total, out = total * torch.exp(m - new), out * torch.exp(m - new)
+        total, out, m = total + p.sum(-1, keepdim=True), out + p @ v[..., s:s + block_size, :], new
+    return out / total
+
+
+def online_all_scores(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    scores = q @ k.mT / math.sqrt(q.shape[-1])  # the whole (T_q, T_k) matrix, then "blocks" of it
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    m = scores.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
+    p = torch.exp(scores - m)
+    total = p.sum(-1, keepdim=True)
+    return (p @ v) / torch.where(total > 0, total, 1.0)
+
+
+def online_blocks_averaged(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    outs = []
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        outs.append(scores.softmax(-1).nan_to_num(0.0) @ v[..., s:s + block_size, :])
+    return sum(outs) / len(outs)
+
+
+def online_with_split(q, k, v, mask=None, block_size=128):
+    if block_size < 1 or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"block_size={block_size}; d_k of q {tuple(q.shape)} and k {tuple(k.shape)}")
+    masks = [None] * math.ceil(k.shape[-2] / block_size)
+    if mask is not None:
+        masks = mask.expand(*mask.shape[:-1], k.shape[-2]).split(block_size, dim=-1)
+    q = q * q.shape[-1] ** -0.5
+    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
+    total = torch.zeros_like(m)
+    out = 0.0
+    for k_block, v_block, m_block in zip(k.split(block_size, -2), v.split(block_size, -2), masks, strict=True):
+        scores = torch.einsum("...qd,...kd->...qk", q, k_block)
+        if m_block is not None:
+            scores = torch.where(m_block, scores, -math.inf)
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        shift = torch.where(m_new == -math.inf, 0.0, m_new)
+        p = (scores - shift).exp()
+        alpha = (m - shift).exp()
+        total = alpha * total + p.sum(-1, keepdim=True)
+        out = alpha * out + p @ v_block
+        m = m_new
+    return out / total.clamp(min=torch.finfo(total.dtype).tiny) * (total > 0)
+
+
+# ================================================================ KVCache
+
+
+class _Cache:
+    def __init__(self, n_layers):
+        self.keys = [None] * n_layers
+        self.values = [None] * n_layers
+
+    @property
+    def length(self):
+        return 0 if self.keys[0] is None else self.keys[0].shape[-2]
+
+
+class CacheOverwrites(_Cache):
+    def update(self, layer, k, v):
+        self.keys[layer], self.values[layer] = k, v  # only the newest positions are kept
+        return k, v
+
+
+class CacheNewFirst(_Cache):
+    def update(self, layer, k, v):
+        if self.keys[layer] is not None:
+            k = torch.cat([k, self.keys[layer]], dim=-2)
+            v = torch.cat([v, self.values[layer]], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class CacheCountsCalls(_Cache):
+    def __init__(self, n_layers):
+        super().__init__(n_layers)
+        self.calls = 0
+
+    @property
+    def length(self):
+        return self.calls  # "one more token per update"
+
+    def update(self, layer, k, v):
+        self.calls += 1
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class CacheWithCounter:
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[Tensor | None] = []
+        self.values: list[Tensor | None] = []
+        for _ in range(n_layers):
+            self.keys.append(None)
+            self.values.append(None)
+        self._length = 0
+
+    @property
+    def length(self) -> int:
+        return self._length
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if layer == 0:
+            self._length += k.shape[-2]
+        old_k, old_v = self.keys[layer], self.values[layer]
+        self.keys[layer] = k if old_k is None else torch.cat([old_k, k], dim=-2)
+        self.values[layer] = v if old_v is None else torch.cat([old_v, v], dim=-2)
+        return self.keys[layer], self.values[layer]
+
+
+# ================================================================ GroupedQueryAttention
+
+
+class _GQA(nn.Module):
+    """The learner's ``__init__``, shared by the entries whose mistake is in ``forward``."""
+
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
+        d_head = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.w_v = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def qkv(self, x):
+        return (split_heads(self.w_q(x), self.n_heads), split_heads(self.w_k(x), self.n_kv_heads),
+                split_heads(self.w_v(x), self.n_kv_heads))
+
+
+class GQARepeat(_GQA):
+    def forward(self, x, cache=None, layer=0):
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        group = self.n_heads // self.n_kv_heads
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)  # tiles the heads: 0, 1, 0, 1
+        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+
+
+class GQANoCausalMask(_GQA):
+    def forward(self, x, cache=None, layer=0):
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        group = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return self.w_o(merge_heads(attend(q, k, v)))
+
+
+class GQAMaskWithoutOffset(_GQA):
+    def forward(self, x, cache=None, layer=0):
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        group = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return self.w_o(merge_heads(attend(q, k, v, causal_mask(x.shape[1]))))  # (T, T), not (T, T_cache + T)
+
+
+class GQACachesRepeatedHeads(_GQA):
+    def forward(self, x, cache=None, layer=0):
+        q, k, v = self.qkv(x)
+        group = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # n_heads heads cached: nothing saved
+        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+
+
+class GQAWideKeys(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
+        super().__init__()
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)  # as wide as the queries
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, x, cache=None, layer=0):
+        q = split_heads(self.w_q(x), self.n_heads)
+        k, v = split_heads(self.w_k(x), self.n_kv_heads), split_heads(self.w_v(x), self.n_kv_heads)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        group = self.n_heads // self.n_kv_heads
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+
+
+class GQAGroupedBroadcast(_GQA):
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        b, _, t, d = q.shape
+        q = q.view(b, self.n_kv_heads, self.n_heads // self.n_kv_heads, t, d)
+        out = attend(q, k[:, :, None], v[:, :, None], causal_mask(t, k.shape[2]))  # broadcast over each group
+        return self.w_o(merge_heads(out.reshape(b, self.n_heads, t, d)))
+
+
+class GQATorchSDPA(_GQA):
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        mask = causal_mask(q.shape[2], k.shape[2], device=x.device)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return self.w_o(merge_heads(out))
+
+
+# ================================================================ GPTBlock
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, dropout=dropout)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.ff = FeedForward(d_model, d_ff, dropout)
+
+
+class BlockPostNorm(_Block):
+    def forward(self, x, cache=None, layer=0):
+        x = self.norm1(x + self.attn(x, cache, layer))  # Chapter 6's post-norm
+        return self.norm2(x + self.ff(x))
+
+
+class BlockNoFFResidual(_Block):
+    def forward(self, x, cache=None, layer=0):
+        x = x + self.attn(self.norm1(x), cache, layer)
+        return self.ff(self.norm2(x))
+
+
+class BlockCacheNotPassed(_Block):
+    def forward(self, x, cache=None, layer=0):
+        x = x + self.attn(self.norm1(x))
+        return x + self.ff(self.norm2(x))
+
+
+class BlockLayerNotPassed(_Block):
+    def forward(self, x, cache=None, layer=0):
+        x = x + self.attn(self.norm1(x), cache)
+        return x + self.ff(self.norm2(x))
+
+
+class BlockWithSublayers(_Block):
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        sublayers = [(self.norm1, lambda h: self.attn(h, cache, layer)), (self.norm2, self.ff)]
+        for norm, sublayer in sublayers:
+            x = x + sublayer(norm(x))
+        return x
+
+
+# ================================================================ GPT
+
+
+class _GPT(nn.Module):
+    """The learner's ``__init__``, shared by the entries whose mistake is in ``forward``."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.tok_embed = nn.Embedding(config.vocab, config.d_model)
+        self.pos_embed = nn.Embedding(config.max_len, config.d_model)
+        nn.init.normal_(self.tok_embed.weight, std=0.02)
+        nn.init.normal_(self.pos_embed.weight, std=0.02)
+        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff)
+                                    for _ in range(config.n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+        self.out = nn.Linear(config.d_model, config.vocab, bias=False)
+        self.out.weight = self.tok_embed.weight
+
+    def start(self, tokens, cache):
+        start = 0 if cache is None else cache.length
+        if start + tokens.shape[1] > self.config.max_len:
+            raise ValueError(f"{start} + {tokens.shape[1]} positions, max_len={self.config.max_len}")
+        return start
+
+    def run(self, x, cache):
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
+        return self.out(self.norm(x))
+
+
+class GPTPositionsRestart(_GPT):
+    def forward(self, tokens, cache=None):
+        self.start(tokens, cache)
+        x = self.tok_embed(tokens) + self.pos_embed(torch.arange(tokens.shape[1]))  # 0.. even after a cache
+        return self.run(x, cache)
+
+
+class GPTScaledEmbeddings(_GPT):
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        x = self.tok_embed(tokens) * math.sqrt(self.config.d_model)  # Chapter 6's habit
+        return self.run(x + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
+class GPTUntied(_GPT):
+    def __init__(self, config):
+        super().__init__(config)
+        self.out = nn.Linear(config.d_model, config.vocab, bias=False)  # a weight of its own
+
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        return self.run(self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
+class GPTNoFinalNorm(_GPT):
+    def __init__(self, config):
+        super().__init__(config)
+        del self.norm
+
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        x = self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1]))
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
+        return self.out(x)
+
+
+class GPTDefaultInit(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.tok_embed = nn.Embedding(config.vocab, config.d_model)  # std 1, nn.Embedding's default
+        self.pos_embed = nn.Embedding(config.max_len, config.d_model)
+        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff)
+                                    for _ in range(config.n_layers))
+        self.norm = nn.LayerNorm(config.d_model)
+        self.out = nn.Linear(config.d_model, config.vocab, bias=False)
+        self.out.weight = self.tok_embed.weight
+
+    def forward(self, tokens, cache=None):
+        start = 0 if cache is None else cache.length
+        if start + tokens.shape[1] > self.config.max_len:
+            raise ValueError(f"{start} + {tokens.shape[1]} positions, max_len={self.config.max_len}")
+        x = self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1]))
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache, i)
+        return self.out(self.norm(x))
+
+
+class GPTTiedTheOtherWay(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.out = nn.Linear(config.d_model, config.vocab, bias=False)
+        self.tok_embed = nn.Embedding(config.vocab, config.d_model)
+        self.tok_embed.weight = self.out.weight  # the same Parameter, tied from the other side
+        self.pos_embed = nn.Embedding(config.max_len, config.d_model)
+        for weight in (self.out.weight, self.pos_embed.weight):
+            nn.init.normal_(weight, mean=0.0, std=0.02)
+        self.blocks = nn.ModuleList([GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff,
+                                              config.dropout) for _ in range(config.n_layers)])
+        self.norm = nn.LayerNorm(config.d_model)
+        self.register_buffer("positions", torch.arange(config.max_len), persistent=False)
+
+    def forward(self, tokens: Tensor, cache: KVCache | None = None) -> Tensor:
+        start = cache.length if cache else 0
+        if start + tokens.shape[1] > self.config.max_len:
+            raise ValueError(f"{start} + {tokens.shape[1]} positions > max_len {self.config.max_len}")
+        x = self.tok_embed(tokens) + self.pos_embed(self.positions[start:start + tokens.shape[1]])
+        for layer in range(len(self.blocks)):
+            x = self.blocks[layer](x, cache, layer)
+        return self.out(self.norm(x))
+
+
+# ================================================================ generate
+
+
+def generate_without_prompt(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                            top_p=None, generator=None):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(model.config.n_layers) if use_cache else None
+        tokens, new = prompt, []
+        for i in range(max_new_tokens):
+            logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+            token = sample_next(logits[:, -1], temperature, top_k, top_p, generator)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+            new.append(token)
+    model.train(was)
+    return torch.stack(new, dim=1) if new else prompt[:, :0]  # only the new tokens
+
+
+def generate_whole_sequence_with_cache(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                                       top_p=None, generator=None):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(model.config.n_layers) if use_cache else None
+        tokens = prompt
+        for _ in range(max_new_tokens):
+            logits = model(tokens, cache)  # the whole sequence, cached again at every step
+            token = sample_next(logits[:, -1], temperature, top_k, top_p, generator)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+def generate_ignores_use_cache(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                               top_p=None, generator=None):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        tokens = prompt
+        for _ in range(max_new_tokens):
+            token = sample_next(model(tokens)[:, -1], temperature, top_k, top_p, generator)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+def generate_argmax(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None, top_p=None,
+                    generator=None):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(model.config.n_layers) if use_cache else None
+        tokens = prompt
+        for i in range(max_new_tokens):
+            logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+            token = logits[:, -1].argmax(dim=-1)  # the most likely token, whatever the temperature
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+def generate_drops_generator(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                             top_p=None, generator=None):
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(model.config.n_layers) if use_cache else None
+        tokens = prompt
+        for i in range(max_new_tokens):
+            logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+            token = sample_next(logits[:, -1], temperature, top_k, top_p)  # the generator stays behind
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+def generate_leaves_eval_mode(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                              top_p=None, generator=None):
+    model.eval()
+    with torch.no_grad():
+        cache = KVCache(model.config.n_layers) if use_cache else None
+        tokens = prompt
+        for i in range(max_new_tokens):
+            logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+            token = sample_next(logits[:, -1], temperature, top_k, top_p, generator)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+    return tokens
+
+
+def generate_prefill_then_loop(model: nn.Module, prompt: Tensor, max_new_tokens: int, use_cache: bool = True,
+                               temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                               generator: torch.Generator | None = None) -> Tensor:
+    if prompt.shape[1] + max_new_tokens > model.config.max_len:
+        raise ValueError(f"{prompt.shape[1]} + {max_new_tokens} > max_len={model.config.max_len}")
+    training = model.training
+    model.train(False)
+    out = [prompt]
+    try:
+        with torch.inference_mode():
+            cache = KVCache(model.config.n_layers) if use_cache else None
+            fed = prompt
+            while len(out) - 1 < max_new_tokens:
+                logits = model(fed, cache)[:, -1, :]
+                out.append(sample_next(logits, temperature, top_k, top_p, generator).unsqueeze(-1))
+                fed = out[-1] if use_cache else torch.cat(out, dim=1)
+    finally:
+        model.train(training)
+    return torch.cat(out, dim=1).clone()
+
+
+# ================================================================ concept checks
+
+
+def kv_elements_keys_only(n_layers, batch, n_heads, n_kv_heads, length, d_head):
+    return n_layers * batch * n_kv_heads * length * d_head
+
+
+def kv_elements_all_heads(n_layers, batch, n_heads, n_kv_heads, length, d_head):
+    return 2 * n_layers * batch * n_heads * length * d_head
+
+
+def kv_elements_per_layer(n_layers: int, batch: int, n_heads: int, n_kv_heads: int, length: int,
+                                   d_head: int) -> int:
+    per_layer = {"keys": batch * n_kv_heads * length * d_head, "values": batch * n_kv_heads * length * d_head}
+    return sum(per_layer.values()) * n_layers
+
+
+def positions_linear_without_cache(prompt_len, new_tokens, use_cache):
+    return prompt_len + new_tokens - 1 if new_tokens else 0  # "the model remembers anyway"
+
+
+def positions_last_token_fed(prompt_len, new_tokens, use_cache):
+    if use_cache:
+        return prompt_len + new_tokens
+    return sum(prompt_len + i for i in range(new_tokens))
+
+
+def positions_by_formula(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
+    if use_cache:
+        return max(prompt_len + new_tokens - 1, 0) if new_tokens else 0
+    return new_tokens * (2 * prompt_len + new_tokens - 1) // 2
+
+
+WRONG = [
+    Entry("sample_next", "temperature after the softmax", sample_temperature_after_softmax,
+          "temperature applied after the softmax", "sample_next_temperature"),
+    Entry("sample_next", "top-k keeps k-1", sample_top_k_minus_one, "top-k keeps k-1", "sample_next_top_k"),
+    Entry("sample_next", "top-p drops the crossing token", sample_top_p_drops_crossing,
+          "top-p drops the token that crosses p", "sample_next_top_p"),
+    Entry("sample_next", "global RNG", sample_global_rng, "global RNG instead of the generator",
+          "sample_next_generator", also=("generator not passed on",)),
+    Entry("sample_next", "temperature 0 divides by zero", sample_divides_by_zero, "temperature 0 divides by zero",
+          "sample_next_greedy"),
+    Entry("online_softmax_attention", "no rescaling", online_no_rescale, "running sums not rescaled",
+          "online_softmax_attention_values"),
+    Entry("online_softmax_attention", "no 1/sqrt(d_k)", online_unscaled, "no scaling",
+          "online_softmax_attention_values"),
+    Entry("online_softmax_attention", "NaN on fully masked rows", online_nan_on_dead_rows, "NaN on fully masked rows",
+          "online_softmax_attention_masked"),
+    Entry("online_softmax_attention", "the whole score matrix", online_all_scores, "all scores at once",
+          "online_softmax_attention_blocks"),
+    Entry("online_softmax_attention", "blocks averaged", online_blocks_averaged, "blocks normalised separately",
+          "online_softmax_attention_values"),
+    Entry("KVCache", "overwrites", CacheOverwrites, "cache overwritten instead of appended", "KVCache_update",
+          also=("cache not used", "cache not passed on")),
+    Entry("KVCache", "new first", CacheNewFirst, "new keys put before the cached ones", "KVCache_update"),
+    Entry("KVCache", "length counts updates", CacheCountsCalls, "length counts updates, not positions",
+          "KVCache_length"),
+    Entry("GroupedQueryAttention", "repeat instead of repeat_interleave", GQARepeat,
+          "repeat instead of repeat_interleave", "GroupedQueryAttention_forward"),
+    Entry("GroupedQueryAttention", "no causal mask", GQANoCausalMask, "no causal mask",
+          "GroupedQueryAttention_forward"),
+    Entry("GroupedQueryAttention", "causal_mask(T) with a cache", GQAMaskWithoutOffset,
+          "mask without the cache offset", "GroupedQueryAttention_cache"),
+    Entry("GroupedQueryAttention", "repeated heads cached", GQACachesRepeatedHeads, "repeated heads cached",
+          "GroupedQueryAttention_cache"),
+    Entry("GroupedQueryAttention", "w_k and w_v as wide as w_q", GQAWideKeys, "w_k and w_v of width d_model",
+          "GroupedQueryAttention_projections"),
+    Entry("GPTBlock", "post-norm", BlockPostNorm, "post-norm instead of pre-norm", "GPTBlock_forward"),
+    Entry("GPTBlock", "no residual around the feed-forward network", BlockNoFFResidual,
+          "residual missing around the feed-forward network", "GPTBlock_forward"),
+    Entry("GPTBlock", "cache not passed to the attention", BlockCacheNotPassed, "cache not passed on",
+          "GPTBlock_cache"),
+    Entry("GPTBlock", "layer not passed to the attention", BlockLayerNotPassed, "layer argument ignored",
+          "GPTBlock_cache"),
+    Entry("GPT", "positions restart with a cache", GPTPositionsRestart, "positions restart at 0 with a cache",
+          "GPT_cache"),
+    Entry("GPT", "embeddings scaled by sqrt(d_model)", GPTScaledEmbeddings, "embeddings scaled by √d_model",
+          "GPT_forward"),
+    Entry("GPT", "untied output layer", GPTUntied, "untied output layer", "GPT_parts"),
+    Entry("GPT", "no final LayerNorm", GPTNoFinalNorm, "missing final LayerNorm", "GPT_forward"),
+    Entry("GPT", "embeddings at nn.Embedding's default", GPTDefaultInit, "embeddings left at std 1", "GPT_learns"),
+    Entry("generate", "prompt dropped", generate_without_prompt, "prompt dropped", "generate_tokens"),
+    Entry("generate", "whole sequence with a cache", generate_whole_sequence_with_cache,
+          "whole sequence fed with a cache", "generate_cache"),
+    Entry("generate", "use_cache ignored", generate_ignores_use_cache, "use_cache ignored", "generate_cache"),
+    Entry("generate", "argmax when asked to sample", generate_argmax, "argmax instead of a draw",
+          "generate_sampling"),
+    Entry("generate", "generator not passed on", generate_drops_generator, "generator not passed on",
+          "generate_sampling"),
+    Entry("generate", "left in eval mode", generate_leaves_eval_mode, "training mode not restored",
+          "generate_tokens"),
+    Entry("kv_cache_elements", "only the keys", kv_elements_keys_only, "only the keys counted",
+          "kv_cache_elements_answer"),
+    Entry("kv_cache_elements", "every query head's keys", kv_elements_all_heads, "n_heads instead of n_kv_heads",
+          "kv_cache_elements_answer"),
+    Entry("positions_processed", "linear without a cache", positions_linear_without_cache,
+          "no cache taken to be linear", "positions_processed_answer"),
+    Entry("positions_processed", "the last token fed too", positions_last_token_fed, "last token fed too",
+          "positions_processed_answer"),
+]
+
+CORRECT = [
+    Entry("sample_next", "draws in sorted order", sample_in_sorted_order),
+    Entry("sample_next", "inverse CDF with torch.rand", sample_with_inverse_cdf),
+    Entry("online_softmax_attention", "split, einsum and torch.where", online_with_split),
+    Entry("KVCache", "a length counter", CacheWithCounter),
+    Entry("GroupedQueryAttention", "query groups broadcast over one key/value head", GQAGroupedBroadcast),
+    Entry("GroupedQueryAttention", "F.scaled_dot_product_attention with enable_gqa", GQATorchSDPA),
+    Entry("GPTBlock", "a loop over (norm, sublayer)", BlockWithSublayers),
+    Entry("GPT", "tied from the output side, positions as a buffer", GPTTiedTheOtherWay),
+    Entry("generate", "prefill, then a loop, inference_mode", generate_prefill_then_loop),
+    Entry("kv_cache_elements", "keys and values per layer", kv_elements_per_layer),
+    Entry("positions_processed", "closed form", positions_by_formula),
+]
