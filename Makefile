@@ -36,9 +36,9 @@ release:  ## the old name of student-repo
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# nbval re-runs the narratives cell by cell for a per-cell report. Chapter 6 is left to the book build in
-# tests/test_book.py (--all -W, allow_errors: false), which already runs it in the same suite: its 2,000
-# training steps take 2.5 minutes on 2 cores, and twice would take the suite past its 20-minute budget.
+# nbval re-runs the narratives cell by cell for a per-cell report. Chapters 6 and 7 are left to the book build
+# in tests/test_book.py (--all -W, allow_errors: false), which already runs them in the same suite: their
+# training takes minutes on 2 cores, and twice would take the suite past its 20-minute budget.
 NBVAL := book/01_self_attention.ipynb book/02_causal_masking.ipynb book/03_cross_attention.ipynb \
 	book/04_multi_head.ipynb book/05_positional_encoding.ipynb
 

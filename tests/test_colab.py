@@ -1,4 +1,4 @@
-"""The set-up cell that opens every notebook a learner launches (the six chapters and the six exercises), for
+"""The set-up cell that opens every notebook a learner launches (every chapter and every exercise), for
 Colab or any machine without the course installed: one text (``autograder.release.setup_cell``), naming the one
 configured repository and branch (the student repository in the student bundle); where ``attention_course`` is
 importable it does nothing; where it is missing it installs it, offline here from a local copy of the student
@@ -19,6 +19,7 @@ import yaml
 from learner_env import fresh_env, run_python
 
 from autograder.bundle import make_bundle, retarget
+from autograder.chapters import CHAPTERS as MANIFEST
 from autograder.release import NOTEBOOKS, REPO_ROOT, SETUP_CELL_ID, SOURCE, course_archive, setup_cell
 
 CONFIG = yaml.safe_load((REPO_ROOT / "_config.yml").read_text())
@@ -26,7 +27,7 @@ COURSE = CONFIG["repository"]["url"].removeprefix("https://github.com/").strip("
 STUDENT = CONFIG["student_repository"].removeprefix("https://github.com/").strip("/")
 BRANCH = CONFIG["repository"]["branch"]
 
-CHAPTERS = sorted(REPO_ROOT.glob("book/0[1-6]_*.ipynb"))
+CHAPTERS = sorted(REPO_ROOT.glob("book/[0-9][0-9]_*.ipynb"))
 SOURCES = sorted(SOURCE.glob("*/*.ipynb"))
 RELEASES = sorted(NOTEBOOKS.glob("*/*.ipynb"))
 ARCHIVE = re.compile(r"https://github\.com/([\w.-]+)/([\w.-]+)/archive/refs/heads/(\S+?)\.zip")
@@ -42,7 +43,8 @@ def _setup_id(cell: dict) -> str | None:
 
 
 def test_every_notebook_a_learner_launches_is_listed() -> None:
-    assert len(CHAPTERS) == len(SOURCES) == len(RELEASES) == 6
+    assert CHAPTERS == [c.narrative for c in MANIFEST]
+    assert SOURCES == sorted(c.source for c in MANIFEST) and RELEASES == sorted(c.notebook for c in MANIFEST)
 
 
 @pytest.mark.parametrize("path", [*CHAPTERS, *SOURCES, *RELEASES], ids=lambda p: str(p.relative_to(REPO_ROOT)))
@@ -111,9 +113,9 @@ def student_repository(tmp_path_factory):
 
 
 def test_the_student_repositorys_notebooks_name_the_student_repository(student_repository) -> None:
-    launched = sorted(path for pattern in ("book/0[1-6]_*.ipynb", "notebooks/*/*.ipynb")
+    launched = sorted(path for pattern in ("book/[0-9][0-9]_*.ipynb", "notebooks/*/*.ipynb")
                       for path in student_repository.glob(pattern))
-    assert len(launched) == 12, launched
+    assert len(launched) == 2 * len(MANIFEST), launched
     expected = retarget(setup_cell(), COURSE, STUDENT)
     assert expected != setup_cell()
     for path in launched:

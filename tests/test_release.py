@@ -42,7 +42,7 @@ def test_the_bundle_has_the_book_the_notebooks_and_the_helpers(bundle) -> None:
     assert (bundle / "docs" / "index.html").is_file() and (bundle / "docs" / "_static" / "mathjax").is_dir()
     assert (bundle / "docs" / ".nojekyll").is_file(), "GitHub Pages would hide docs/_static"
     released = sorted(p.relative_to(NOTEBOOKS) for p in NOTEBOOKS.rglob("*.ipynb"))
-    assert len(released) == 6 and released == sorted(p.relative_to(bundle / "notebooks")
+    assert len(released) == len(ASSIGNMENTS) and released == sorted(p.relative_to(bundle / "notebooks")
                                                      for p in (bundle / "notebooks").rglob("*.ipynb"))
     for path in released:  # as released, less any link to the course repository
         expected = retarget((NOTEBOOKS / path).read_text(), COURSE, STUDENT)
