@@ -154,11 +154,19 @@ def assert_close(
         )
 
 
+#: The most numbers a tensor or array given as a concept check's answer may hold.
+ANSWER_ELEMENTS = 10_000
+
+
 def answer_value(x: object) -> object:
     """A concept check's answer as plain data, so that equal answers compare equal whatever their type.
 
     Lists, ranges and shapes become tuples; tensors and NumPy values become numbers or tuples (through
     ``tolist``); sets become sorted tuples. Numbers, strings, booleans and ``None`` stay as they are.
+
+    Raises:
+        ValueError: for a tensor or array of more than :data:`ANSWER_ELEMENTS` numbers: an answer is a number,
+            a shape or a short list, and turning millions of numbers into plain data would take minutes.
     """
     if x is None or isinstance(x, (str, bool, int, float)):
         return x
@@ -170,6 +178,10 @@ def answer_value(x: object) -> object:
     if isinstance(x, (tuple, list, range)):
         return tuple(answer_value(item) for item in x)
     if hasattr(x, "tolist") and callable(x.tolist):  # torch and NumPy scalars and arrays
+        elements = x.numel() if callable(getattr(x, "numel", None)) else getattr(x, "size", None)
+        if isinstance(elements, int) and elements > ANSWER_ELEMENTS:
+            raise ValueError(f"the answer is a {type(x).__name__} of {elements:,} numbers: a concept check's answer "
+                             f"is a number, a shape or a short list")
         return answer_value(x.tolist())
     return x
 

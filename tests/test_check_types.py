@@ -71,3 +71,16 @@ def test_value_errors_wants_one_expectation_per_case_and_every_case_to_raise() -
         judge(refusal.probe(_double))  # returns instead of raising
     with pytest.raises(Mistake, match="should mention"):
         judge(refusal.probe(lambda x: (_ for _ in ()).throw(ValueError("no"))))
+
+
+def test_a_concept_answer_is_small_plain_data_and_a_huge_tensor_is_refused_at_once() -> None:
+    """A learner who returns the cache itself instead of its size must not stall the grader for minutes while
+    113 million numbers are turned into a tuple: the probe records a ValueError naming the answer's size."""
+    from autograder.checks.core import Raised, probe_answers
+
+    probe = probe_answers([(12, 1, 12, 12, 1024, 64), (2, 3)])
+    answers = probe(lambda *sizes: torch.zeros(sizes))["answers"]
+    assert isinstance(answers[0], Raised) and "Tensor of 113,246,208 numbers" in answers[0].message
+    assert answers[1] == ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    shapes = probe(lambda *sizes: torch.Size(sizes))["answers"]
+    assert shapes == [(12, 1, 12, 12, 1024, 64), (2, 3)]  # a shape of any size is an answer

@@ -12,12 +12,19 @@ The controls: the references themselves pass, and a correct answer planted in th
 
 Left out: the command lines' ``main(argv)`` (it parses ``sys.argv`` when called without arguments and runs a
 training run or a benchmark, and it returns an exit status, never an exercise's answer).
+
+A function called with another exercise's arguments can ask for a huge tensor (``data.randn(*shape)`` given a
+concept check's model sizes asks for 4 billion numbers): while a candidate function runs, a tensor of more than
+:data:`LARGEST` elements is refused with a ``MemoryError`` before it is allocated, as the grading sandbox's
+memory limit would stop it. A candidate stopped so has not passed.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import math
 import pkgutil
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +34,9 @@ import matplotlib
 matplotlib.use("Agg")  # some candidates draw
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from notebook_grading import ASSIGNMENTS, CellResult, exercise_names, grade_in_process, reference_objects  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import attention_course  # noqa: E402
 import attention_course.models  # noqa: E402
@@ -86,6 +95,36 @@ def can_take_the_arguments_of(candidate: Any, reference: Any) -> bool:
     return False
 
 
+#: The most elements a tensor made while a candidate function runs may have (2^27 float32 numbers: 512 MiB).
+LARGEST = 2**27
+
+
+class _RefuseHugeTensors(TorchDispatchMode):
+    """Refuse, before allocating it, a tensor of more than :data:`LARGEST` elements made from a size
+    (``torch.randn(*size)``, ``torch.zeros``, ``torch.empty``, ``torch.full``...)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        arguments = func._schema.arguments
+        if args and arguments and arguments[0].name == "size":
+            elements = math.prod(int(n) for n in args[0])
+            if elements > LARGEST:
+                raise MemoryError(f"{func} of {elements:,} elements refused (more than {LARGEST:,})")
+        return func(*args, **(kwargs or {}))
+
+
+def within_memory(candidate: Any) -> Any:
+    """``candidate`` as it is graded: a function runs under :class:`_RefuseHugeTensors`; a class is left as it is."""
+    if inspect.isclass(candidate):
+        return candidate
+
+    @functools.wraps(candidate)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        with _RefuseHugeTensors():
+            return candidate(*args, **kwargs)
+
+    return guarded
+
+
 def pairs(assignment: str) -> Iterator[tuple[str, str, Any]]:
     """(exercise, candidate's name, candidate) for every exercise of ``assignment`` and every candidate that fits."""
     references = reference_objects(assignment)
@@ -100,7 +139,7 @@ def grade(assignment: str) -> tuple[list[tuple[str, str, dict[str, CellResult]]]
     """(the pairs that pass every test cell of their exercise, how many pairs were graded)."""
     passed, graded = [], 0
     for exercise, name, candidate in pairs(assignment):
-        results = grade_in_process(assignment, {exercise: candidate}, exercise=exercise)
+        results = grade_in_process(assignment, {exercise: within_memory(candidate)}, exercise=exercise)
         assert results, f"{assignment}: exercise {exercise} has no test cell"
         graded += 1
         if all(result.passed for result in results.values()):
@@ -163,3 +202,12 @@ def test_a_correct_answer_planted_in_the_package_is_caught(monkeypatch) -> None:
     passed, _ = grade("06_transformer")
     assert [(exercise, name) for exercise, name, _ in passed] == [
         ("greedy_decode", "attention_course.models.greedy_search")], passed
+
+
+def test_a_candidate_asking_for_a_huge_tensor_is_stopped_before_it_is_made() -> None:
+    from attention_course.data import randn
+
+    guarded = within_memory(randn)
+    assert guarded(2, 3, seed=1).shape == (2, 3) and torch.equal(guarded(2, 3, seed=1), randn(2, 3, seed=1))
+    with pytest.raises(MemoryError, match="4,294,967,296 elements refused"):
+        guarded(32, 1, 8, 32, 4096, 128)  # kv_cache_elements' arguments: 16 GiB of float32
