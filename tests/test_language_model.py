@@ -169,3 +169,24 @@ def test_bad_input_raises_value_error_naming_it() -> None:
         bench.attention_memory({}, [8])
     with pytest.raises(ValueError, match="steps"):
         train_lm(model, None, steps=0)
+
+
+def test_the_cuda_peak_is_the_allocators_peak_above_what_was_there_before(monkeypatch) -> None:
+    """No test machine has a GPU: drive the CUDA branch with the allocator's counters stood in for, as far as a CPU
+    allows (the order of the calls, and the arithmetic the chapter's figure reads)."""
+    calls = []
+    counters = {"allocated": 300, "peak": 300}
+
+    def run():
+        calls.append("run")
+        counters["peak"] = 300 + 4096  # the call allocates 4 KiB at its peak and frees them
+        return "out"
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: calls.append("reset") or counters.update(peak=counters["allocated"]))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: counters["allocated"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: counters["peak"])
+    peak, out = bench.peak_bytes(run, device="cuda")
+    assert (peak, out) == (4096, "out")
+    assert calls == ["sync", "reset", "run", "sync"], "the peak must be reset before the call and read after a sync"
