@@ -31,9 +31,10 @@ import ctypes
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -158,6 +159,17 @@ def peak_memory(run: Callable[[], None], device: torch.device, cpu_probe: bool) 
 
 
 # --- timing -----------------------------------------------------------------------------------------------------
+
+def write_csv(rows: Sequence[Any], path: Path) -> Path:
+    """Write ``rows`` (dataclass instances of one kind, at least one) to ``path`` as CSV, one column per field,
+    making its folder if needed; returns ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+    return path
+
 
 def best_seconds(run: Callable[[], None], device: torch.device, repeats: int, budget_s: float) -> float:
     """Fastest wall time of ``run()`` over ``repeats`` calls after one warm-up call (fewer past ``budget_s``).
@@ -330,12 +342,7 @@ def main(argv: list[str] | None = None, impls: dict[str, Attention] | None = Non
                           f"{'-' if row.ms is None else f'{row.ms:.2f} ms'}", flush=True)
     print()
     print(table(rows, args.impls))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "attention.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
+    out = write_csv(rows, Path(args.out) / "attention.csv").parent
     plot(rows, args.impls, out / "attention.png")
     print(f"\nwrote {out / 'attention.csv'} and {out / 'attention.png'}")
     return 0

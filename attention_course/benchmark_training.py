@@ -40,16 +40,16 @@ It prints a table and writes ``training.csv`` and ``training.png`` to ``--out``
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from attention_course.benchmark_attention import write_csv
 from attention_course.models import ModelConfig, TorchTransformer
 from attention_course.tasks import Seq2SeqTask, pad_sequences
 from attention_course.training import (
@@ -262,12 +262,7 @@ def main(argv: list[str] | None = None, models: dict[str, ModelBuilder] | None =
         print(f"  {result.variant:<24} {result.tokens_per_s:11,.0f} tokens/s {result.note}", flush=True)
     print()
     print(table(results))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "training.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(results[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in results)
+    out = write_csv(results, Path(args.out) / "training.csv").parent
     plot(results, f"Training throughput, config {config.name} ({args.model} model) on {where}", out / "training.png")
     print(f"\nwrote {out / 'training.csv'} and {out / 'training.png'}")
     return 0
