@@ -226,6 +226,30 @@ def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
     return module
 
 
+class WeightsNotLoaded(AttributeError):
+    """The probe could not find where to copy a weight: the learner's module is organised differently."""
+
+
+def feed_forward_weights(d: int, d_ff: int, seed: int) -> dict[str, Tensor]:
+    """Seeded weights and biases of a feed-forward network ``d -> d_ff -> d``: ``w1``, ``b1``, ``w2``, ``b2``."""
+    return {"w1": seeded(d_ff, d, seed=seed, scale=d**-0.5), "b1": seeded(d_ff, seed=seed + 1, scale=0.1),
+            "w2": seeded(d, d_ff, seed=seed + 2, scale=d_ff**-0.5), "b2": seeded(d, seed=seed + 3, scale=0.1)}
+
+
+def layer_norm_weights(d: int, seed: int) -> dict[str, Tensor]:
+    """LayerNorm weights far from 1 and 0, so that a norm in the wrong place, or the wrong norm, shows."""
+    return {"weight": 1.0 + seeded(d, seed=seed, scale=0.3), "bias": seeded(d, seed=seed + 1, scale=0.2)}
+
+
+def load_layer_norm(module: Any, w: dict[str, Tensor], where: str) -> None:
+    """Copy :func:`layer_norm_weights` into ``module``, which must be an ``nn.LayerNorm`` of their width."""
+    if not isinstance(module, nn.LayerNorm) or module.weight is None or module.weight.shape != w["weight"].shape:
+        raise WeightsNotLoaded(f"`{where}` should be an nn.LayerNorm({w['weight'].shape[0]}), got {module!r:.60}")
+    with torch.no_grad():
+        module.weight.copy_(w["weight"])
+        module.bias.copy_(w["bias"])
+
+
 # ---------------------------------------------------------------- observing
 
 def plain(x: Any) -> Any:
@@ -271,6 +295,15 @@ def tensor_facts(result: Any) -> Any:
     if isinstance(result, Tensor):
         return {"dtype": str(result.dtype), "device": result.device.type, "shape": tuple(result.shape)}
     return plain(result)
+
+
+def attempt_as_is(call: Callable[[], Any]) -> Any:
+    """Like :func:`attempt`, for probes that assemble their own plain observations (dicts included): ``call()`` as it
+    returned, or a :class:`Raised` record."""
+    try:
+        return call()
+    except Exception as err:  # the judge decides what a crash means
+        return Raised(type(err).__name__, str(err))
 
 
 def attempt_facts(call: Callable[[], Any]) -> Any:

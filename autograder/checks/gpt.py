@@ -32,10 +32,14 @@ from attention_course.text import CharCorpus
 from autograder.checks.core import (
     Check,
     Observations,
-    Raised,
+    WeightsNotLoaded,
     attempt,
+    attempt_as_is,
     declare,
+    feed_forward_weights,
+    layer_norm_weights,
     linear_facts,
+    load_layer_norm,
     plain,
     probe_answers,
     register,
@@ -44,20 +48,8 @@ from autograder.checks.core import (
 )
 
 
-class WeightsNotLoaded(AttributeError):
-    """The probe could not find where to copy a weight: the learner's module is organised differently."""
-
-
 class WrongOutput(TypeError):
     """The learner's function returned something that is not what the exercise asks for (shape, dtype)."""
-
-
-def _attempt(call: Callable[[], Any]) -> Any:
-    """Like :func:`attempt`, for probes that assemble their own plain observations (dicts included)."""
-    try:
-        return call()
-    except Exception as err:  # the judge decides what a crash means
-        return Raised(type(err).__name__, str(err))
 
 
 # ================================================================ sample_next
@@ -125,7 +117,7 @@ def _probe_generator(student: Any) -> Observations:
             again, other = draw(5), draw(6)
         return {"first": plain(first), "again": plain(again), "other": plain(other), "global_used": global_used}
 
-    return {"draws": _attempt(run)}
+    return {"draws": attempt_as_is(run)}
 
 
 register("sample_next_greedy", _probe_greedy)
@@ -204,7 +196,7 @@ def _probe_blocks(student: Any) -> Observations:
         widest = max((s[-1] for s in recorder.shapes if len(s) >= 2 and s[-2] == q.shape[-2]), default=0)
         return {"out": plain(out), "widest": widest}
 
-    return {"run": _attempt(run)}
+    return {"run": attempt_as_is(run)}
 
 
 register("online_softmax_attention_blocks", _probe_blocks)
@@ -247,7 +239,7 @@ def _probe_length(student: Any) -> Observations:
             lengths.append(plain(cache.length))
         return lengths
 
-    return {"lengths": _attempt(run)}
+    return {"lengths": attempt_as_is(run)}
 
 
 register("KVCache_length", _probe_length)
@@ -297,11 +289,6 @@ def load_attention(module: Any, w: dict[str, Tensor], where: str) -> None:
             layer.bias.copy_(w[f"b_{s}"])
 
 
-def ff_weights(d: int, d_ff: int, seed: int) -> dict[str, Tensor]:
-    return {"w1": seeded(d_ff, d, seed=seed, scale=d**-0.5), "b1": seeded(d_ff, seed=seed + 1, scale=0.1),
-            "w2": seeded(d, d_ff, seed=seed + 2, scale=d_ff**-0.5), "b2": seeded(d, seed=seed + 3, scale=0.1)}
-
-
 def load_feed_forward(module: Any, w: dict[str, Tensor], where: str) -> None:
     """Copy ``w`` into the two ``nn.Linear`` layers of ``module``, told apart by their shapes."""
     d_ff, d = w["w1"].shape
@@ -315,19 +302,6 @@ def load_feed_forward(module: Any, w: dict[str, Tensor], where: str) -> None:
         first[0].bias.copy_(w["b1"])
         second[0].weight.copy_(w["w2"])
         second[0].bias.copy_(w["b2"])
-
-
-def norm_weights(d: int, seed: int) -> dict[str, Tensor]:
-    """LayerNorm weights far from 1 and 0, so that a norm in the wrong place shows."""
-    return {"weight": 1.0 + seeded(d, seed=seed, scale=0.3), "bias": seeded(d, seed=seed + 1, scale=0.2)}
-
-
-def load_norm(module: Any, w: dict[str, Tensor], where: str) -> None:
-    if not isinstance(module, nn.LayerNorm) or module.weight is None or module.weight.shape != w["weight"].shape:
-        raise WeightsNotLoaded(f"`{where}` should be an nn.LayerNorm({w['weight'].shape[0]}), got {module!r:.60}")
-    with torch.no_grad():
-        module.weight.copy_(w["weight"])
-        module.bias.copy_(w["bias"])
 
 
 # ================================================================ GroupedQueryAttention
@@ -364,16 +338,26 @@ GQA_FORWARD = declare(Check("GroupedQueryAttention_forward", [
 ], call=_gqa_forward))
 
 
-def _gqa_cached(student: Any, case: AttnCase) -> tuple:
-    """(the outputs of every chunk, side by side; the shape of the keys cached for each layer)."""
-    module = build_attention(student, case)
-    cache = ProbeCache(2)
+def in_chunks(module: Any, x: Tensor, chunks: tuple[int, ...], cache: ProbeCache, *layer: int) -> Tensor:
+    """Feed ``x`` (or token ids) to ``module`` chunk by chunk through ``cache`` (as entry ``layer``, for one
+    attention or block), without gradients: the outputs of every chunk, side by side."""
     outs, start = [], 0
     with torch.no_grad():
-        for t in case.chunks:
-            outs.append(module(case.x[:, start:start + t].clone(), cache, 1))  # this layer is the cache's entry 1
+        for t in chunks:
+            outs.append(module(x[:, start:start + t].clone(), cache, *layer))
             start += t
-    return torch.cat(outs, dim=1), tuple(None if k is None else tuple(k.shape) for k in cache.keys)
+    return torch.cat(outs, dim=1)
+
+
+def key_shapes(cache: ProbeCache) -> tuple:
+    """The shape of the keys cached for each layer (None where nothing was cached)."""
+    return tuple(None if k is None else tuple(k.shape) for k in cache.keys)
+
+
+def _gqa_cached(student: Any, case: AttnCase) -> tuple:
+    """(the outputs of every chunk, side by side; the shape of the keys cached for each layer)."""
+    cache = ProbeCache(2)
+    return in_chunks(build_attention(student, case), case.x, case.chunks, cache, 1), key_shapes(cache)
 
 
 GQA_CACHE = declare(Check("GroupedQueryAttention_cache", [
@@ -388,7 +372,7 @@ def _probe_gqa_projections(student: Any) -> Observations:
         module = student(*args)
         return {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v", "w_o")}
 
-    return {"gqa": _attempt(lambda: facts(32, 8, 2)), "mqa": _attempt(lambda: facts(24, 4, 1))}
+    return {"gqa": attempt_as_is(lambda: facts(32, 8, 2)), "mqa": attempt_as_is(lambda: facts(24, 4, 1))}
 
 
 register("GroupedQueryAttention_projections", _probe_gqa_projections)
@@ -412,8 +396,8 @@ class BlockCase:
 
 
 def block_weights(d: int, n_heads: int, n_kv: int, d_ff: int, seed: int) -> dict[str, dict[str, Tensor]]:
-    return {"norm1": norm_weights(d, seed), "attn": attention_weights(d, n_heads, n_kv, seed + 10),
-            "norm2": norm_weights(d, seed + 20), "ff": ff_weights(d, d_ff, seed + 30)}
+    return {"norm1": layer_norm_weights(d, seed), "attn": attention_weights(d, n_heads, n_kv, seed + 10),
+            "norm2": layer_norm_weights(d, seed + 20), "ff": feed_forward_weights(d, d_ff, seed + 30)}
 
 
 def load_block(block: Any, w: dict[str, dict[str, Tensor]], where: str) -> None:
@@ -421,7 +405,7 @@ def load_block(block: Any, w: dict[str, dict[str, Tensor]], where: str) -> None:
         part = getattr(block, name, None)
         if part is None:
             raise WeightsNotLoaded(f"{where} has no attribute `{name}`: name the parts norm1, attn, norm2, ff")
-        {"attn": load_attention, "ff": load_feed_forward}.get(name, load_norm)(part, w[name], f"{where}.{name}")
+        {"attn": load_attention, "ff": load_feed_forward}.get(name, load_layer_norm)(part, w[name], f"{where}.{name}")
 
 
 def build_block(student: Any, case: BlockCase) -> Any:
@@ -436,14 +420,8 @@ def _block_forward(student: Any, case: BlockCase) -> Any:
 
 
 def _block_cached(student: Any, case: BlockCase) -> tuple:
-    block = build_block(student, case)
     cache = ProbeCache(3)
-    outs, start = [], 0
-    with torch.no_grad():
-        for t in case.chunks:
-            outs.append(block(case.x[:, start:start + t].clone(), cache, 2))  # this block is the cache's layer 2
-            start += t
-    return torch.cat(outs, dim=1), tuple(None if k is None else tuple(k.shape) for k in cache.keys)
+    return in_chunks(build_block(student, case), case.x, case.chunks, cache, 2), key_shapes(cache)
 
 
 BLOCK_FORWARD = declare(Check("GPTBlock_forward", [
@@ -479,7 +457,7 @@ def model_weights(c: Config, seed: int) -> dict[str, Any]:
                                                                                        scale=0.5),
             "blocks": [block_weights(d, c.n_heads, c.n_kv_heads, c.d_ff, seed + 100 * (i + 1))
                        for i in range(c.n_layers)],
-            "norm": norm_weights(d, seed + 2)}
+            "norm": layer_norm_weights(d, seed + 2)}
 
 
 def load_model(model: Any, c: Config, seed: int) -> Any:
@@ -508,7 +486,7 @@ def load_model(model: Any, c: Config, seed: int) -> Any:
     for i, (block, bw) in enumerate(zip(blocks, w["blocks"], strict=True)):
         load_block(block, bw, f"GPT.blocks[{i}]")
     if isinstance(getattr(model, "norm", None), nn.LayerNorm):
-        load_norm(model.norm, w["norm"], "GPT.norm")
+        load_layer_norm(model.norm, w["norm"], "GPT.norm")
     return model.eval()
 
 
@@ -547,13 +525,7 @@ MODEL_FORWARD = declare(Check("GPT_forward", [
 
 def _model_cached(student: Any, case: ModelCase) -> Any:
     model = load_model(student(case.config), case.config, case.seed)
-    cache = ProbeCache(case.config.n_layers)
-    outs, start = [], 0
-    with torch.no_grad():
-        for t in case.chunks:
-            outs.append(model(case.tokens[:, start:start + t].clone(), cache))
-            start += t
-    return torch.cat(outs, dim=1)
+    return in_chunks(model, case.tokens, case.chunks, ProbeCache(case.config.n_layers))
 
 
 MODEL_CACHE = declare(Check("GPT_cache", [
@@ -583,7 +555,7 @@ def _probe_model_parts(student: Any) -> Observations:
         found["norm"] = type(getattr(model, "norm", None)).__name__
         return found
 
-    return {"facts": _attempt(facts)}
+    return {"facts": attempt_as_is(facts)}
 
 
 register("GPT_parts", _probe_model_parts)
@@ -632,7 +604,7 @@ def _probe_learns(student: Any) -> Observations:
         return {"first": losses[0], "last": losses[-1], "held_out": held_out, "sees_future": sees_future,
                 "seconds": round(time.perf_counter() - begin, 1)}
 
-    return {"run": _attempt(run)}
+    return {"run": attempt_as_is(run)}
 
 
 register("GPT_learns", _probe_learns)
@@ -703,7 +675,7 @@ def _probe_generate(cases: list[GenerateCase]) -> Callable[[Any], Observations]:
         return {"out": plain(out), "calls": tuple(model.calls), "modes": tuple(model.modes),
                 "training_after": model.training}
 
-    return lambda student: {"runs": [_attempt(lambda case=case: one(student, case)) for case in cases]}
+    return lambda student: {"runs": [attempt_as_is(lambda case=case: one(student, case)) for case in cases]}
 
 
 GENERATE_TOKENS_CASES = [

@@ -32,9 +32,14 @@ from autograder.checks.core import (
     Check,
     Observations,
     Raised,
+    WeightsNotLoaded,
     attempt,
+    attempt_as_is,
     declare,
+    feed_forward_weights,
+    layer_norm_weights,
     linear_facts,
+    load_layer_norm,
     plain,
     probe_answers,
     register,
@@ -49,31 +54,17 @@ LAYER_PARTS = {
 }
 
 
-class WeightsNotLoaded(AttributeError):
-    """The probe could not find where to copy a weight: the learner's module is organised differently."""
-
-
 def _attention_weights(d: int, seed: int) -> dict[str, Tensor]:
     weights = {f"w_{s}": seeded(d, d, seed=seed + i, scale=d**-0.5) for i, s in enumerate("qkvo")}
     weights.update({f"b_{s}": seeded(d, seed=seed + 4 + i, scale=0.1) for i, s in enumerate("qkvo")})
     return weights
 
 
-def _ff_weights(d: int, d_ff: int, seed: int) -> dict[str, Tensor]:
-    return {"w1": seeded(d_ff, d, seed=seed, scale=d**-0.5), "b1": seeded(d_ff, seed=seed + 1, scale=0.1),
-            "w2": seeded(d, d_ff, seed=seed + 2, scale=d_ff**-0.5), "b2": seeded(d, seed=seed + 3, scale=0.1)}
-
-
-def _norm_weights(d: int, seed: int) -> dict[str, Tensor]:
-    """LayerNorm weights far from 1 and 0, so that a norm in the wrong place, or the wrong norm, shows."""
-    return {"weight": 1.0 + seeded(d, seed=seed, scale=0.3), "bias": seeded(d, seed=seed + 1, scale=0.2)}
-
-
 def _layer_weights(kind: str, d: int, d_ff: int, seed: int) -> dict[str, dict[str, Tensor]]:
-    weights = {"self_attn": _attention_weights(d, seed), "ff": _ff_weights(d, d_ff, seed + 10),
-               "norm1": _norm_weights(d, seed + 20), "norm2": _norm_weights(d, seed + 22)}
+    weights = {"self_attn": _attention_weights(d, seed), "ff": feed_forward_weights(d, d_ff, seed + 10),
+               "norm1": layer_norm_weights(d, seed + 20), "norm2": layer_norm_weights(d, seed + 22)}
     if kind == "decoder":
-        weights.update(cross_attn=_attention_weights(d, seed + 30), norm3=_norm_weights(d, seed + 24))
+        weights.update(cross_attn=_attention_weights(d, seed + 30), norm3=layer_norm_weights(d, seed + 24))
     return weights
 
 
@@ -116,14 +107,6 @@ def load_feed_forward(module: Any, w: dict[str, Tensor], where: str) -> None:
         second[0].bias.copy_(w["b2"])
 
 
-def load_norm(module: Any, w: dict[str, Tensor], where: str) -> None:
-    if not isinstance(module, nn.LayerNorm) or module.weight is None or module.weight.shape != w["weight"].shape:
-        raise WeightsNotLoaded(f"`{where}` should be an nn.LayerNorm({w['weight'].shape[0]}), got {module!r:.60}")
-    with torch.no_grad():
-        module.weight.copy_(w["weight"])
-        module.bias.copy_(w["bias"])
-
-
 def load_layer(layer: Any, weights: dict[str, dict[str, Tensor]], kind: str, where: str) -> None:
     """Copy a layer's weights into the parts the exercise names (``self_attn``, ``ff``, ``norm1`` …)."""
     for name, w in weights.items():
@@ -136,15 +119,7 @@ def load_layer(layer: Any, weights: dict[str, dict[str, Tensor]], kind: str, whe
         elif name == "ff":
             load_feed_forward(part, w, f"{where}.ff")
         else:
-            load_norm(part, w, f"{where}.{name}")
-
-
-def _attempt(call: Callable[[], Any]) -> Any:
-    """Like :func:`attempt`, for probes that assemble their own plain observations (dicts included)."""
-    try:
-        return call()
-    except Exception as err:  # the judge decides what a crash means
-        return Raised(type(err).__name__, str(err))
+            load_layer_norm(part, w, f"{where}.{name}")
 
 
 def _lengths_mask(lengths: list[int], t: int) -> Tensor:
@@ -168,7 +143,7 @@ _FF_CASES = [  # (d_model, d_ff, x, seed): any leading axes
 
 def _run_ff(student: Any, d: int, d_ff: int, x: Tensor, seed: int, dropout: float = 0.0, train: bool = False) -> Any:
     module = student(d, d_ff, dropout) if dropout else student(d, d_ff)
-    load_feed_forward(module, _ff_weights(d, d_ff, seed), "FeedForward")
+    load_feed_forward(module, feed_forward_weights(d, d_ff, seed), "FeedForward")
     module = module.to(x.dtype).train(train)
     return module(x.clone())
 
@@ -179,7 +154,7 @@ def _probe_ff_layers(student: Any) -> Observations:
         linears = [linear_facts(m) for m in module.modules() if isinstance(m, nn.Linear)]
         return {"is_module": isinstance(module, nn.Module), "linears": linears}
 
-    return {"plain": _attempt(lambda: facts(12, 20)), "dropout": _attempt(lambda: facts(12, 20, 0.3))}
+    return {"plain": attempt_as_is(lambda: facts(12, 20)), "dropout": attempt_as_is(lambda: facts(12, 20, 0.3))}
 
 
 FF_FORWARD = Check("FeedForward_forward", _FF_CASES, call=_run_ff)
@@ -190,14 +165,14 @@ def _probe_ff_forward(student: Any) -> Observations:
     def grad_run() -> dict[str, Any]:
         d, d_ff, x, seed = _FF_CASES[2]
         module = student(d, d_ff)
-        load_feed_forward(module, _ff_weights(d, d_ff, seed), "FeedForward")
+        load_feed_forward(module, feed_forward_weights(d, d_ff, seed), "FeedForward")
         module = module.double()
         leaf = x.clone().requires_grad_(True)
         out = module(leaf)
         (out * seeded(*out.shape, seed=507, dtype=out.dtype)).sum().backward()
         return {"grad": plain(leaf.grad)}
 
-    return {**FF_FORWARD.probe(student), "grad": _attempt(grad_run)}
+    return {**FF_FORWARD.probe(student), "grad": attempt_as_is(grad_run)}
 
 
 _FF_DROP = (12, 20, seeded(2, 5, 12, seed=511), 512)
@@ -289,8 +264,8 @@ def _probe_parts(kind: str) -> Callable[[Any], Observations]:
             "loads": attempt(lambda: load_layer(layer, _layer_weights(kind, 16, 24, 640), kind, type(layer).__name__)),
         }
 
-    return lambda student: {"post": _attempt(lambda: facts(student, False)),
-                            "pre": _attempt(lambda: facts(student, True))}
+    return lambda student: {"post": attempt_as_is(lambda: facts(student, False)),
+                            "pre": attempt_as_is(lambda: facts(student, True))}
 
 
 def _probe_dropout(case: LayerCase) -> Callable[[Any], Observations]:
@@ -301,10 +276,10 @@ def _probe_dropout(case: LayerCase) -> Callable[[Any], Observations]:
         return plain(_call_layer(layer, case)), plain(_call_layer(layer, case))  # the same layer, called twice
 
     def probe(student: Any) -> Observations:
-        eval_pair = _attempt(lambda: run(student, 0.5, False))
+        eval_pair = attempt_as_is(lambda: run(student, 0.5, False))
         return {"eval": eval_pair if isinstance(eval_pair, Raised) else list(eval_pair),
                 "no_dropout": attempt(lambda: run(student, 0.0, False)[0]),
-                "train": _attempt(lambda: run(student, 0.5, True))}
+                "train": attempt_as_is(lambda: run(student, 0.5, True))}
 
     return probe
 
@@ -383,8 +358,8 @@ def _probe_config_fields(student: Any) -> Observations:
     return {
         "is_dataclass": dataclasses.is_dataclass(student) and isinstance(student, type),
         "fields": fields,
-        "keywords": _attempt(lambda: values(student(src_vocab=11, tgt_vocab=13))),
-        "positional": _attempt(lambda: values(student(11, 13))),
+        "keywords": attempt_as_is(lambda: values(student(src_vocab=11, tgt_vocab=13))),
+        "positional": attempt_as_is(lambda: values(student(11, 13))),
         "no_vocab": attempt(lambda: student()),
     }
 
@@ -428,8 +403,8 @@ def _model_weights(c: Config, seed: int) -> dict[str, Any]:
                 "bias": seeded(c.tgt_vocab, seed=seed + 3, scale=0.1)},
         "encoder_layers": [_layer_weights("encoder", d, c.d_ff, seed + 100 * (i + 1)) for i in range(c.n_layers)],
         "decoder_layers": [_layer_weights("decoder", d, c.d_ff, seed + 100 * (i + 1) + 50) for i in range(c.n_layers)],
-        "encoder_norm": _norm_weights(d, seed + 4),
-        "decoder_norm": _norm_weights(d, seed + 6),
+        "encoder_norm": layer_norm_weights(d, seed + 4),
+        "decoder_norm": layer_norm_weights(d, seed + 6),
     }
 
 
@@ -459,7 +434,7 @@ def load_model(model: Any, c: Config, seed: int) -> Any:
             load_layer(layer, lw, kind, f"Transformer.{stack}[{i}]")
     if c.norm_first:
         for name in ("encoder_norm", "decoder_norm"):
-            load_norm(getattr(model, name, None), w[name], f"Transformer.{name} (norm_first=True)")
+            load_layer_norm(getattr(model, name, None), w[name], f"Transformer.{name} (norm_first=True)")
     return model
 
 
@@ -530,7 +505,7 @@ def _probe_model_parts(student: Any) -> Observations:
             found[name] = type(getattr(model, name, None)).__name__
         return found
 
-    return {"facts": _attempt(facts)}
+    return {"facts": attempt_as_is(facts)}
 
 
 def _probe_shapes(student: Any) -> Observations:
@@ -544,7 +519,7 @@ def _probe_shapes(student: Any) -> Observations:
         return {"config_kept": getattr(model, "config", None) is config, "memory": plain(memory),
                 "decoded": plain(decoded), "logits": plain(logits)}
 
-    return {"facts": _attempt(facts)}
+    return {"facts": attempt_as_is(facts)}
 
 
 _CAUSAL_CASES = [  # (config, src, tgt_in, first changed position)
@@ -580,7 +555,7 @@ def _probe_padding(student: Any) -> Observations:
             return {"memory": plain(model.encode(src.clone())), "memory_longer": plain(model.encode(longer)),
                     "logits": plain(model(src.clone(), tgt_in.clone())), "logits_longer": plain(model(longer, tgt_in))}
 
-    return {"results": [_attempt(lambda case=case: run(*case)) for case in _PAD_CASES]}
+    return {"results": [attempt_as_is(lambda case=case: run(*case)) for case in _PAD_CASES]}
 
 
 def _probe_dtype_device(student: Any) -> Observations:
@@ -590,8 +565,8 @@ def _probe_dtype_device(student: Any) -> Observations:
             logits = model(_SRC.to(device), _TGT_IN.to(device))
         return {"dtype": str(logits.dtype), "device": logits.device.type, "shape": tuple(logits.shape)}
 
-    return {"float64": _attempt(lambda: run("cpu", torch.float64)),
-            "meta": _attempt(lambda: run("meta", torch.float32))}
+    return {"float64": attempt_as_is(lambda: run("cpu", torch.float64)),
+            "meta": attempt_as_is(lambda: run("meta", torch.float32))}
 
 
 def _probe_model_errors(student: Any) -> Observations:
@@ -621,7 +596,7 @@ def _probe_gradients(student: Any) -> Observations:
                             if p.grad is None or not bool(p.grad.abs().sum() > 0)]
         return {"missing": missing}
 
-    return {"result": _attempt(run)}
+    return {"result": attempt_as_is(run)}
 
 
 register("Transformer_parts", _probe_model_parts)
@@ -715,7 +690,7 @@ def _probe_greedy(cases: list[DecodeCase]) -> Callable[[Any], Observations]:
         return {"out": plain(out), "dtype": str(out.dtype) if isinstance(out, Tensor) else None,
                 "modes": list(model.modes)}
 
-    return lambda student: {"results": [_attempt(lambda case=case: run(student, case)) for case in cases]}
+    return lambda student: {"results": [attempt_as_is(lambda case=case: run(student, case)) for case in cases]}
 
 
 register("greedy_decode_tokens", _probe_greedy(_TOKEN_CASES))

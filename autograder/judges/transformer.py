@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention_course.testing import DTYPE_CHANGED, mistake_name
-from autograder.checks.core import Mistake, Observations, Raised, seeded
+from autograder.checks.core import Mistake, Observations, Raised, feed_forward_weights, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
     _DEC_DROP,
@@ -52,7 +52,6 @@ from autograder.checks.transformer import (
     Scripted,
     _build_layer,
     _call_layer,
-    _ff_weights,
     _memory,
     load_feed_forward,
     load_model,
@@ -131,7 +130,7 @@ def _judge_ff_layers(obs: Observations) -> None:
 
 
 def _ff_parts(d: int, d_ff: int, seed: int, dtype: torch.dtype) -> tuple[Callable, Callable]:
-    w = {name: t.to(dtype) for name, t in _ff_weights(d, d_ff, seed).items()}
+    w = {name: t.to(dtype) for name, t in feed_forward_weights(d, d_ff, seed).items()}
     return (lambda x: F.linear(x, w["w1"], w["b1"])), (lambda h: F.linear(h, w["w2"], w["b2"]))
 
 
@@ -172,7 +171,7 @@ def _judge_ff_forward(obs: Observations) -> None:
     _FF_VALUES(obs)
     d, d_ff, x, seed = _FF_CASES[2]
     module = ref.FeedForward(d, d_ff)
-    load_feed_forward(module, _ff_weights(d, d_ff, seed), "FeedForward")
+    load_feed_forward(module, feed_forward_weights(d, d_ff, seed), "FeedForward")
     leaf = x.clone().requires_grad_(True)
     out = module.double()(leaf)
     (out * seeded(*out.shape, seed=507, dtype=out.dtype)).sum().backward()
@@ -186,7 +185,7 @@ def _judge_ff_forward(obs: Observations) -> None:
 def _judge_ff_dropout(obs: Observations) -> None:
     d, d_ff, x, seed = _FF_DROP
     lin1, lin2 = _ff_parts(d, d_ff, seed, x.dtype)
-    w = _ff_weights(d, d_ff, seed)
+    w = feed_forward_weights(d, d_ff, seed)
     what = f"FeedForward({d}, {d_ff}, dropout=1.0) in training mode"
     judge_tensor(_tensor_result(obs["all_dropped"], what, tuple(x.shape)), w["b2"].expand(2, 5, d), what, [
         Suspect("the output is all zeros: the dropout acts after the second Linear; it belongs on the hidden units, "
