@@ -223,6 +223,16 @@ def held_bytes(run: Callable[[], object], device: torch.device | str = "cpu") ->
     return held, out
 
 
+def operators_run(run: Callable[[], object]) -> set[str]:
+    """The names of the ATen operators ``run()`` dispatches (``aten::...``), as ``torch.profiler`` records them: which
+    kernel a call chose, and whether it copied anything on the way (``aten::repeat_interleave``, ``aten::copy_``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _native_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    return {event.key for event in prof.key_averages() if event.key.startswith("aten::")}
+
+
 @contextlib.contextmanager
 def _native_stderr_silenced():
     """Some builds of the profiler's C++ side (kineto) write a line to the process's stderr each time it starts and

@@ -239,6 +239,14 @@ def test_the_peak_counter_sees_inside_the_fused_kernel_and_the_full_matrix() -> 
     assert " ms" not in bench.memory_table(rows), "columns of times that were not measured"
 
 
+def test_the_operators_a_call_runs_are_named() -> None:
+    q, kv = torch.randn(1, 4, 8, 16), torch.randn(1, 2, 8, 16)
+    shared = bench.operators_run(lambda: torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True))
+    assert "aten::scaled_dot_product_attention" in shared
+    copied = bench.operators_run(lambda: kv.repeat_interleave(2, dim=1))
+    assert "aten::repeat_interleave" in copied and "aten::scaled_dot_product_attention" not in copied
+
+
 def test_the_float64_reference_catches_a_path_that_is_not_causal() -> None:
     paths = {"not causal": lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
              "causal": bench.sdpa_attention}
