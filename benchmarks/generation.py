@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n3. KV-cache size of {args.batch} sequence(s) of {t} positions, fp32: held by the allocator after the "
           "GPT has read them one at a time, against the formula", flush=True)
     d_head = args.d_model // args.heads
-    for n_kv in dict.fromkeys((args.heads, max(args.heads // 4, 1), 1)):
+    for n_kv in dict.fromkeys((args.heads, max(args.heads // 4, 2), 1)):
         measured, formula = measured_cache(args, device, n_kv, t), kv_cache_bytes(args.layers, n_kv, d_head, t,
                                                                                     args.batch)
         print(f"  {n_kv} key/value head(s): measured {measured:,} bytes, formula {formula:,}"

@@ -1,6 +1,9 @@
 """Chapter 7's narrative model, ``attention_course.language_model``, and its measurements,
-``attention_course.benchmark_generation``: the cache changes the speed, never the tokens; sharing key/value
-heads shrinks the cache by the expected factor; the peak counter sees what is allocated; bad input is named."""
+``attention_course.benchmark_generation``: the cache changes the speed, never the tokens, with learned or rotary
+positions; a left-padded row writes what its prompt writes alone; beam search is exact when nothing is dropped;
+pooling key/value heads groups them as SDPA does; sharing key/value heads shrinks the cache, as the allocator
+measures it, by the expected factor; the peak and held counters see what is allocated; every attention path is
+compared with an independent float64 reference; bad input is named."""
 
 from __future__ import annotations
 
