@@ -117,11 +117,6 @@ class LMCache:
     def capacity(self) -> int:
         return self.keys.shape[3]
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the two buffers (allocated for ``capacity`` positions, filled or not)."""
-        return self.keys.nbytes + self.values.nbytes
-
     def reorder(self, rows: Tensor) -> None:
         """Keep sequence ``rows[i]`` as sequence ``i`` (``rows (B',)``, repeats allowed): how beam search follows
         the prefixes it keeps."""
@@ -371,12 +366,11 @@ def pool_kv_heads(model: TorchGPT, n_kv_heads: int) -> TorchGPT:
         raise ValueError(f"n_kv_heads={n_kv_heads} must divide the model's {sizes.n_kv_heads} key/value heads")
     pooled = TorchGPT(replace(sizes, n_kv_heads=n_kv_heads)).to(model.wte.weight.device)
     state = copy.deepcopy(model.state_dict())
-    q_rows, d = sizes.n_heads * sizes.d_head, sizes.d_head
+    q_rows, d, group = sizes.n_heads * sizes.d_head, sizes.d_head, sizes.n_kv_heads // n_kv_heads
     for index in range(sizes.n_layers):
         for name in (f"blocks.{index}.attn.qkv.weight", f"blocks.{index}.attn.qkv.bias"):
             tensor = state[name]  # (rows, d_model) or (rows,): queries, then keys, then values
             q, k, v = tensor.split([q_rows, sizes.n_kv_heads * d, sizes.n_kv_heads * d])
-            group = sizes.n_kv_heads // n_kv_heads
             k, v = (x.reshape(n_kv_heads, group, d, *x.shape[1:]).mean(dim=1).reshape(n_kv_heads * d, *x.shape[1:])
                     for x in (k, v))  # (H_kv · d, ...) -> (n_kv, G, d, ...) -> mean over the group
             state[name] = torch.cat([q, k, v])
