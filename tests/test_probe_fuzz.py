@@ -2,17 +2,22 @@
 
 For every registered check of every chapter (read from ``autograder/chapters.py``: a chapter added later is
 covered without a change here), the learner's exercise is replaced by a stand-in that returns an odd value
-(None, a list, a string, a tensor of the wrong shape, dtype or device, NaN, ...): a function of any arguments,
-or a class (an ``nn.Module`` where the reference is one) whose constructor takes anything and whose methods,
-properties and other attributes return the value. The check runs as the grader runs it, in-process (probe,
-``encode``, a JSON round trip, ``judge_recorded``), and must
+(None, a list, a string, a tensor of the wrong shape, dtype or device, NaN, ...): for a function, a function of
+any arguments; for a class, a *bare* one (an ``nn.Module`` where the reference is one) whose constructor takes
+anything and whose methods, properties and other attributes give the value, and the reference class *built* as
+it builds, with its own methods and properties giving the value, so that the probes load their weights and reach
+what it returns. The check runs as the grader runs it, in-process (probe, ``encode``, a JSON round trip,
+``judge_recorded``), and must
 
 - probe without raising, and record observations that encode;
 - fail the answer with a :class:`Mistake` that a judge raised on purpose: never ``RecordMismatch`` (the grader
   flags the submission: a person must look, as for tampering), never another exception, never
   :class:`JudgeCrashed` (the safety net of ``judge_recorded``, which a judge that handles every value never
-  reaches);
-- say what came back: the message names the value's type, shape, dtype or device, or names the mistake.
+  reaches). A built class may pass a check of its parts, which its outputs do not concern;
+- not blame the answer for an exception of Python or torch ("raised TypeError: ..."): a stand-in raises nothing,
+  so such an exception came from the probe's own code on what the answer gave;
+- for a function or a built class, say what came back (the value's type, shape, dtype, device or numbers) or
+  name a mistake.
 """
 
 from __future__ import annotations
@@ -121,15 +126,15 @@ def stand_in(kind: str, reference: Any, make: Callable[[], Any]) -> Any:
 
 
 REFERENCES = {chapter.module: importlib.import_module(chapter.reference) for chapter in CHAPTERS}
+OWNERS = checks.index()  # check id -> autograder.checks.<module>
 
 
 def _registered() -> list[tuple[str, str, str]]:
     """(check id, exercise, stand-in kind) for every registered check, chapter by chapter."""
-    owners = checks.index()  # check id -> autograder.checks.<module>
     found = []
     for chapter in CHAPTERS:
         exercises = chapter.exercises()
-        for check_id, module in owners.items():
+        for check_id, module in OWNERS.items():
             if module == f"autograder.checks.{chapter.module}":
                 exercise = exercise_of(check_id, exercises)
                 found += [(check_id, exercise, kind)
@@ -147,7 +152,7 @@ BUILTIN_ERRORS = {name for name, obj in vars(builtins).items() if isinstance(obj
 def verdict(check_id: str, exercise: str, kind: str, value: str) -> Mistake | None:
     """The Mistake that the check ``check_id`` gives the stand-in of ``kind`` returning ``value``, as the grader
     judges it (probe, encode, JSON, judge_recorded); None when it passes. Anything else propagates."""
-    module = checks.index()[check_id].rsplit(".", 1)[1]
+    module = OWNERS[check_id].rsplit(".", 1)[1]
     student = stand_in(kind, getattr(REFERENCES[module], exercise), VALUES[value][0])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -206,7 +211,7 @@ def _one_corpus() -> Iterator[None]:
 
 
 def test_every_chapter_has_checks_to_fuzz() -> None:
-    modules = {checks.index()[check_id].rsplit(".", 1)[1] for check_id, _, _ in CHECKS}
+    modules = {OWNERS[check_id].rsplit(".", 1)[1] for check_id, _, _ in CHECKS}
     assert modules == {chapter.module for chapter in CHAPTERS}
     assert set(checks.ids()) == {check_id for check_id, _, _ in CHECKS} == set(judges.ids())
 
