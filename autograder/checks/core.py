@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from attention_course.testing import answer_value, mistake_name, named
+from attention_course.testing import answer_value, named
 
 Observations = dict[str, Any]
 Probe = Callable[[Any], Observations]
@@ -313,9 +313,6 @@ class Raised:
     def describe(self) -> str:
         if self.type == "NotImplementedError" and not self.message:
             return "raised NotImplementedError — replace `raise NotImplementedError()` with your code"
-        if self.type == WeightsNotLoaded.__name__:  # the probe's own words, about the learner's module
-            text = f"could not be given the test's weights: {self.message}"
-            return f"{text}." if mistake_name(text) else text  # a repr of the learner's must not read as a name
         # The learner's own words are quoted, so that a message of theirs ending in "(...)" is never read as the
         # name of a mistake.
         return f"raised {self.type}: {self.message!r}"
