@@ -219,15 +219,20 @@ def projection_weights(d_model: int, d_k: int, d_v: int, seed: int) -> dict[str,
     }
 
 
-def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
-    with torch.no_grad():
-        for name, w in weights.items():
-            getattr(module, name).weight.copy_(w)
-    return module
-
-
 class WeightsNotLoaded(AttributeError):
     """The probe could not find where to copy a weight: the learner's module is organised differently."""
+
+
+def load_weights(module: nn.Module, weights: dict[str, Tensor]) -> nn.Module:
+    """Copy ``weights[name]`` into the weight of the ``nn.Linear`` ``module.<name>``, for every name."""
+    with torch.no_grad():
+        for name, w in weights.items():
+            layer = getattr(module, name)
+            if not isinstance(layer, nn.Linear):
+                raise WeightsNotLoaded(f"`{type(module).__name__}.{name}` should be an nn.Linear, got "
+                                       f"{type(layer).__name__}")
+            layer.weight.copy_(w)
+    return module
 
 
 def feed_forward_weights(d: int, d_ff: int, seed: int) -> dict[str, Tensor]:
@@ -252,14 +257,45 @@ def load_layer_norm(module: Any, w: dict[str, Tensor], where: str) -> None:
 
 # ---------------------------------------------------------------- observing
 
+#: the dtypes a tensor may have on the wire (:func:`encode`); the judges decode these and no others
+WIRE_DTYPES = {name: getattr(torch, name) for name in (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")}
+
+
+def odd_tensor(x: Tensor) -> str | None:
+    """A description of a tensor whose numbers a probe cannot keep, e.g. ``"<meta tensor of shape (2, 3)>"``: on
+    the meta device (it has none), sparse or nested, of a dtype outside :data:`WIRE_DTYPES` (complex, say). None
+    for an ordinary tensor."""
+    try:
+        shape = tuple(x.shape)
+        if x.is_nested or x.layout != torch.strided:
+            kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+        elif x.device.type == "meta":
+            kind = "meta"
+        elif str(x.dtype).removeprefix("torch.") not in WIRE_DTYPES:
+            kind = str(x.dtype).removeprefix("torch.")
+        else:
+            return None
+    except Exception:  # a subclass whose shape or device cannot be read
+        return f"<{type(x).__name__}>"
+    return f"<{kind} tensor of shape {shape}>"
+
+
 def plain(x: Any) -> Any:
     """What a probe may keep of a learner's value: plain tensors, numbers, strings, tuples of them.
 
-    A tensor is detached, copied and stripped of any subclass; anything else
-    that is not a simple value is kept only as its type name.
+    A tensor is detached, copied and stripped of any subclass; a tensor without numbers to keep (on the meta
+    device, sparse, complex, ...) is kept as its description (:func:`odd_tensor`), and so is one that cannot be
+    copied; anything else that is not a simple value is kept only as its type name.
     """
     if isinstance(x, Tensor):
-        return x.detach().as_subclass(Tensor).clone()
+        odd = odd_tensor(x)
+        if odd is not None:
+            return odd
+        try:
+            return x.detach().as_subclass(Tensor).clone()
+        except Exception:  # a subclass that refuses to be copied
+            return f"<{type(x).__name__}>"
     if isinstance(x, (bool, int, float, str)) or x is None:
         return x
     if isinstance(x, (tuple, list)):
@@ -389,10 +425,10 @@ def probe_layers(cases: Sequence[tuple[str, tuple, dict]], names: Sequence[str])
         for label, args, kwargs in cases:
             try:
                 module = student(*args, **kwargs)
+                obs[label] = {name: linear_facts(getattr(module, name, None)) for name in names}
             except Exception as err:
                 obs[label] = Raised(type(err).__name__, str(err))
                 continue
-            obs[label] = {name: linear_facts(getattr(module, name, None)) for name in names}
             obs[label]["is_module"] = isinstance(module, nn.Module)
         return obs
 
@@ -405,12 +441,19 @@ PROJECTION_CASES = (("default", (12, 5), {}), ("d_v_bias", (12, 5, 7), {"bias": 
 probe_projections = probe_layers(PROJECTION_CASES, ("w_q", "w_k", "w_v"))
 
 
+def _answer(x: Any) -> Any:
+    """A concept check's answer as plain data (:func:`attention_course.testing.answer_value`); a tensor without
+    numbers to read is kept as its description."""
+    odd = odd_tensor(x) if isinstance(x, Tensor) else None
+    return odd if odd is not None else answer_value(x)
+
+
 def probe_answers(cases: Sequence[tuple]) -> Probe:
     """The probe of a concept check: the learner's answer for each case's arguments, as plain data
     (:func:`attention_course.testing.answer_value`); each call gets its own copy of the arguments."""
 
     def probe(student: Any) -> Observations:
-        return {"answers": [attempt(lambda args=args: answer_value(student(*copy.deepcopy(args)))) for args in cases]}
+        return {"answers": [attempt(lambda args=args: _answer(student(*copy.deepcopy(args)))) for args in cases]}
 
     return probe
 
@@ -456,7 +499,10 @@ def declare(check: Check) -> Check:
 def encode(value: Any) -> Any:
     """Observations as JSON-ready data: tensors become {dtype, shape, data}; nothing is pickled."""
     if isinstance(value, Tensor):
-        t = value.detach().as_subclass(Tensor).cpu()
+        t = plain(value)
+        if isinstance(t, str):
+            return t
+        t = t.cpu()
         data = t.to(torch.float64).tolist() if t.is_floating_point() else t.tolist()
         return {"__tensor__": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "data": _finite(data)}
     if isinstance(value, Raised):

@@ -171,12 +171,16 @@ def _changed_at_pads(logits: Tensor, targets: Tensor, p: int, seed: int) -> Tens
     return torch.where((targets == p)[..., None], seeded(*logits.shape, seed=seed, scale=30.0), logits)
 
 
+def _changed_at_real(logits: Tensor, targets: Tensor, p: int, seed: int) -> Tensor:
+    return torch.where((targets != p)[..., None], seeded(*logits.shape, seed=seed, scale=3.0), logits)
+
+
 def _probe_ce_pads(student: Any) -> Observations:
+    """The loss of each case, with the logits changed at the pads, then at the real positions."""
     results = []
     for i, (z, y, p) in enumerate(CE_VALUES.cases[1:]):
-        changed = _changed_at_pads(z, y, p, seed=360 + i)
-        results.append((attempt(lambda z=z, y=y, p=p: student(z.clone(), y.clone(), p)),
-                        attempt(lambda z=changed, y=y, p=p: student(z.clone(), y.clone(), p))))
+        runs = (z, _changed_at_pads(z, y, p, seed=360 + i), _changed_at_real(z, y, p, seed=365 + i))
+        results.append(tuple(attempt(lambda z=z, y=y, p=p: student(z.clone(), y.clone(), p)) for z in runs))
     return {"results": results}
 
 

@@ -21,6 +21,7 @@ from autograder.checks.core import (
     declare,
     load_weights,
     observe_contract,
+    odd_tensor,
     plain,
     probe_answers,
     probe_projections,
@@ -176,7 +177,10 @@ def _probe_module_gradients(student: Any) -> Observations:
 
     def run() -> dict[str, Any]:
         module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
-        out, _ = module(x.clone(), mask)
+        result = module(x.clone(), mask)
+        out = result[0] if isinstance(result, tuple) and len(result) == 2 else None
+        if not (isinstance(out, Tensor) and out.requires_grad and odd_tensor(out) is None):
+            return {"returned": plain(result)}  # no output in the graph to take the gradient of
         (out * seeded(*out.shape, seed=105)).sum().backward()
         grads = {name: plain(getattr(module, name).weight.grad) for name in ("w_q", "w_k", "w_v")}
         return {**grads, "used": {name: _output_depends_on(module, name, x, mask, out) for name in grads}}

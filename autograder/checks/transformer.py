@@ -40,10 +40,12 @@ from autograder.checks.core import (
     layer_norm_weights,
     linear_facts,
     load_layer_norm,
+    odd_tensor,
     plain,
     probe_answers,
     register,
     seeded,
+    tensor_facts,
 )
 
 # ================================================================ weights, and copying them in
@@ -562,8 +564,7 @@ def _probe_dtype_device(student: Any) -> Observations:
     def run(device: str, dtype: torch.dtype) -> Any:
         model = _build(student, Config(src_vocab=11, tgt_vocab=13)).to(device=device, dtype=dtype)
         with torch.no_grad():
-            logits = model(_SRC.to(device), _TGT_IN.to(device))
-        return {"dtype": str(logits.dtype), "device": logits.device.type, "shape": tuple(logits.shape)}
+            return tensor_facts(model(_SRC.to(device), _TGT_IN.to(device)))
 
     return {"float64": attempt_as_is(lambda: run("cpu", torch.float64)),
             "meta": attempt_as_is(lambda: run("meta", torch.float32))}
@@ -587,6 +588,9 @@ def _probe_gradients(student: Any) -> Observations:
         src, tgt_in = _tokens([[3, 4, 5, 0], [6, 7, 8, 9]]), _tokens([[1, 3, 4, 5, 0], [1, 6, 7, 8, 9]])
         tgt_out = _tokens([[3, 4, 5, 2, 0], [6, 7, 8, 9, 2]])
         logits = model(src, tgt_in)
+        if not (isinstance(logits, Tensor) and logits.shape == (*tgt_out.shape, _COPY_CONFIG.tgt_vocab)
+                and logits.is_floating_point() and odd_tensor(logits) is None):
+            return {"logits": tensor_facts(logits), "missing": None}  # nothing to train on
         F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0).backward()
         missing = []
         for top in ("src_embed", "tgt_embed", "out", "encoder_layers", "decoder_layers"):
@@ -594,7 +598,7 @@ def _probe_gradients(student: Any) -> Observations:
             if isinstance(part, nn.Module):
                 missing += [f"{top}.{name}" for name, p in part.named_parameters()
                             if p.grad is None or not bool(p.grad.abs().sum() > 0)]
-        return {"missing": missing}
+        return {"logits": tensor_facts(logits), "missing": missing}
 
     return {"result": attempt_as_is(run)}
 

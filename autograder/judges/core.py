@@ -11,11 +11,13 @@ to the shape their cases produce: every key a judge reads must be there,
 every key there must be read by a judge that passes, and judges pair cases
 with observations through ``zip(..., strict=True)``. A record that does not
 fit raises :class:`RecordMismatch`; the grader scores the cell 0 and flags the
-submission.
+submission. A judge that crashes on a record that fits fails the answer with
+:class:`JudgeCrashed` instead: honest code can return anything.
 """
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from attention_course.testing import (
 )
 from autograder.checks.core import (
     PROJECTION_CASES,
+    WIRE_DTYPES,
     Check,
     Mistake,
     Observations,
@@ -52,6 +55,15 @@ _JUDGES: dict[str, Judge] = {}
 
 class RecordMismatch(Exception):
     """Observations that do not have the keys or the number of entries the check's cases produce."""
+
+
+class JudgeCrashed(Mistake):
+    """A judge raised something other than :class:`Mistake` on a record that fits its cases: the check could not
+    compare what the answer returned. The answer fails (honest code can cause this); it is not flagged."""
+
+
+#: what ``zip(..., strict=True)`` says when a record holds another number of cases than the check has
+_SHORT_ZIP = re.compile(r"zip\(\) argument \d+ is (shorter|longer) than argument")
 
 
 def register(check_id: str, judge: Judge) -> None:
@@ -129,7 +141,7 @@ def decode(value: Any) -> Any:
         return [decode(v) for v in value]
     if isinstance(value, dict):
         if "__tensor__" in value:
-            dtype = _DTYPES.get(value["__tensor__"])
+            dtype = WIRE_DTYPES.get(value["__tensor__"])
             if dtype is None:
                 raise ValueError(f"unknown dtype {value['__tensor__']!r} in observations")
             data = _unfinite(value["data"])
@@ -148,10 +160,6 @@ def decode(value: Any) -> Any:
     raise ValueError(f"unexpected {type(value).__name__} in observations")
 
 
-_DTYPES = {name: getattr(torch, name) for name in (
-    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool", "complex64")}
-
-
 def _unfinite(data: Any) -> Any:
     if isinstance(data, list):
         return [_unfinite(d) for d in data]
@@ -164,7 +172,9 @@ def judge_recorded(check_id: str, encoded: Any) -> None:
     """Judge observations recorded by a probe (trusted side).
 
     Raises :class:`Mistake` when the learner's answer is wrong, and
-    :class:`RecordMismatch` when the record does not fit the check's cases.
+    :class:`RecordMismatch` when the record does not fit the check's cases: it cannot be decoded, it lacks a key
+    the judge reads or holds one no judge reads, or it holds another number of cases than the check has. Any
+    other exception of the judge is a :class:`JudgeCrashed` (a failing verdict), never a flag.
     """
     judge = get(check_id)
     try:
@@ -181,11 +191,45 @@ def judge_recorded(check_id: str, encoded: Any) -> None:
             raise Mistake(failure.message, failure.name) from None
         except RecordMismatch:
             raise
-        except Exception as err:  # a strict zip that ran short, a value of a type no probe writes, ...
-            raise RecordMismatch(f"{type(err).__name__}: {err}") from None
+        except ValueError as err:
+            if _SHORT_ZIP.match(str(err)):  # a strict zip of the cases and the record's entries ran short
+                raise RecordMismatch(f"{type(err).__name__}: {err}") from None
+            raise _crashed(err, observations) from None
+        except Exception as err:
+            raise _crashed(err, observations) from None
     unread = set(dict.keys(record)) - record.read if isinstance(record, _Record) else set()
     if unread:
         raise RecordMismatch(f"unexpected observations {sorted(unread)}")
+
+
+def type_name(value: Any) -> str:
+    """The type of an observed value, for a message (``tuple``, ``float``, ``NoneType``); for a value the probe kept
+    only as its description (:func:`~autograder.checks.core.plain`: ``<dict>``, ``<meta tensor of shape (2, 3)>``),
+    that description."""
+    if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
+        return value[1:-1]
+    return type(value).__name__
+
+
+def _crashed(err: Exception, observations: Any) -> JudgeCrashed:
+    return JudgeCrashed(f"the hidden check could not compare what your code returned with the expected result "
+                        f"({type(err).__name__}: {str(err)[:200]}); it recorded {describe(observations)[:300]}")
+
+
+def describe(value: Any) -> str:
+    """A short description of observed data for a message: tensors by dtype and shape, the rest by repr."""
+    if isinstance(value, Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, Raised):
+        return value.describe()
+    if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
+        return f"a {type_name(value)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in dict.items(value)) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(describe(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    return repr(value)
 
 
 # ---------------------------------------------------------------- judging
@@ -348,9 +392,10 @@ class Compare:
     the tensor to compare (e.g. ``out[0]`` of ``(out, weights)``). A result that is a tuple compared item by
     item names its ``parts``, ``(index, label)`` in the order they are judged: item ``index`` is "the <label>
     of <what>", against the same item of the reference and of each suspect. ``guard(out, what, *case)`` runs
-    first and raises :class:`Mistake` for a result of the wrong form (not a pair, the pair swapped...).
-    ``hint`` is a text or a function of the case; ``crashed(raised, what, *case)`` gives the :class:`Mistake`
-    of a call that raised, when a chapter can tell what a crash most likely means (default: what it raised).
+    first and raises :class:`Mistake` for a result of the wrong form (not a pair, the pair swapped...); a result
+    that is not a tuple of as many parts fails after it. ``hint`` is a text or a function of the case;
+    ``crashed(raised, what, *case)`` gives the :class:`Mistake` of a call that raised, when a chapter can tell
+    what a crash most likely means (default: what it raised).
     ``compare(actual, expected, what, suspects, hint, atol, rtol)`` judges one result, or one part of it, once
     the guard has passed (default: :func:`judge_tensor`; masks, say, are compared exactly instead).
     """
@@ -386,6 +431,9 @@ class Compare:
             if self.pick is not identity:
                 suspects = [Suspect(s.message, s.name, lambda s=s: self.pick(s.produce())) for s in suspects]
             self.compare(self.pick(out), self.pick(expected), what, suspects, hint, self.atol, self.rtol)
+        if self.parts and not (isinstance(out, tuple) and len(out) > max(index for index, _ in self.parts)):
+            labels = ", ".join(label for _, label in sorted(self.parts))
+            raise Mistake(f"{what} should return a tuple ({labels}); got {describe(out)}")
         for index, label in self.parts:
             self.compare(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
                          hint, self.atol, self.rtol)

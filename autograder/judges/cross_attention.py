@@ -50,6 +50,7 @@ from autograder.judges.core import (
     judge_value_error,
     matching_suspect,
     register,
+    type_name,
     value_errors,
 )
 from solutions import cross_attention as ref
@@ -79,8 +80,8 @@ def _judge_cross_shapes(obs: Observations) -> None:
         out, weights = _check_pair(result, what)
         (b, t_q, _), t_k = x.shape, memory.shape[1]
         if not isinstance(out, Tensor) or not isinstance(weights, Tensor):
-            raise Mistake(f"{what} should return two tensors (out, weights); got a {type(out).__name__} and a "
-                          f"{type(weights).__name__}")
+            raise Mistake(f"{what} should return two tensors (out, weights); got a {type_name(out)} and a "
+                          f"{type_name(weights)}")
         if tuple(out.shape) == (b, t_q, d_v) and tuple(weights.shape) == (b, t_q, t_k):
             continue
         shapes = f"out {tuple(out.shape)} and weights {tuple(weights.shape)}, expected ({b}, {t_q}, {d_v}) and " \
@@ -202,7 +203,7 @@ def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expecte
         raise Mistake(f"{what} should return {len(expected_shapes)} tensor(s); got {result!r:.80}")
     for got, shape in zip(parts, expected_shapes, strict=True):
         if not isinstance(got, Tensor):
-            raise Mistake(f"{what} should return tensors, got {type(got).__name__}")
+            raise Mistake(f"{what} should return tensors, got {type_name(got)}")
         if tuple(got.shape) != shape:
             raise Mistake(f"{what} returned shape {tuple(got.shape)}, expected {shape}")
         if got.dtype != tgt.dtype:
@@ -404,9 +405,9 @@ judge(Compare(CE_VALUES, ref.sequence_cross_entropy, _ce_what, _ce_suspects,
 
 
 def _judge_ce_pads(obs: Observations) -> None:
-    for (logits, targets, p), (before, after) in zip(CE_VALUES.cases[1:], obs["results"], strict=True):
+    for (logits, targets, p), (before, after, moved) in zip(CE_VALUES.cases[1:], obs["results"], strict=True):
         what = _ce_what(logits, targets, p)
-        for out in (before, after):
+        for out in (before, after, moved):
             if isinstance(out, Raised):
                 raise _crashed(out, what)
             if not isinstance(out, Tensor) or out.numel() != 1:
@@ -419,6 +420,9 @@ def _judge_ce_pads(obs: Observations) -> None:
             if suspect is None:
                 raise Mistake(text, "pads not ignored")
             raise Mistake(f"{named(text, 'pads not ignored')}; it looks like this: {suspect.message}", suspect.name)
+        if torch.allclose(before.to(torch.float64), moved.to(torch.float64), atol=1e-5, rtol=1e-4):
+            raise Mistake(f"{what}: changing the logits at the real positions left the loss at {before.item():.6g} "
+                          f"— the loss must be computed from the logits")
 
 
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)

@@ -61,6 +61,7 @@ from autograder.judges.core import (
     matching_suspect,
     register,
     same_values,
+    type_name,
     value_errors,
 )
 from solutions import masking as ref
@@ -90,7 +91,7 @@ def judge_mask(actual: Any, expected: Tensor, what: str, suspects: Iterable[Susp
         raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got None — did you forget "
                       f"to `return` it?", NO_RETURN)
     if not isinstance(actual, Tensor):
-        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got a {type(actual).__name__}")
+        raise Mistake(f"{what} should be a tensor of shape {tuple(expected.shape)}, got a {type_name(actual)}")
     if _exactly(actual, expected):
         return
     candidates = []
@@ -119,7 +120,7 @@ def _judge_bool(facts: Any, what: str) -> None:
         raise Mistake(f"{what} should return a boolean tensor, got None — did you forget to `return` it?",
                       NO_RETURN)
     if not isinstance(facts, dict):
-        raise Mistake(f"{what} should return a boolean tensor, got a {type(facts).__name__}")
+        raise Mistake(f"{what} should return a boolean tensor, got a {type_name(facts)}")
     if facts["dtype"] != "torch.bool":
         kind = "float" if "float" in facts["dtype"] else "integer"
         raise Mistake(f"{what} returned a {facts['dtype']} tensor — masks are boolean, True = may attend, as "
@@ -454,7 +455,7 @@ def _pair_without_nan(result: Any, what: str, d_model: int, d_k: int, d_v: int, 
                       seed: int) -> None:
     """The guard of the forward values: a pair (out, weights), neither with NaN in the rows that attend no key."""
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type_name(result)}")
     for part, name in _WEIGHTS_THEN_OUTPUT:
         if _nan_only_in_empty_rows(result[part], _allowed(x, tokens), x.shape[:2]):
             raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
@@ -503,7 +504,7 @@ def _outputs(pair: tuple[Any, Any], what: str, x: Tensor, d_v: int) -> tuple[Ten
         if isinstance(result, Raised):
             raise Mistake(f"{what} {result.describe()}")
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], Tensor)):
-            raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
+            raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type_name(result)}")
         outs.append(result[0])
     before, after = outs
     if before.shape != after.shape or before.shape[:2] != x.shape[:2]:

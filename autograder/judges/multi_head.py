@@ -56,6 +56,7 @@ from autograder.judges.core import (
     judge_value_error,
     matching_suspect,
     register,
+    type_name,
     value_errors,
 )
 from solutions import multi_head as ref
@@ -82,7 +83,7 @@ def _judge_shape(got: Any, reference: Tensor, what: str, suspects: list[Suspect]
     (two mistakes of one shape are told apart by their values)."""
     expected = tuple(reference.shape)
     if not isinstance(got, Tensor):
-        raise Mistake(f"{what} should return a tensor of shape {expected}, got a {type(got).__name__}")
+        raise Mistake(f"{what} should return a tensor of shape {expected}, got a {type_name(got)}")
     if tuple(got.shape) == expected:
         return
     wrong = f"{what} has shape {tuple(got.shape)}, expected {expected}"
@@ -286,7 +287,7 @@ def _pair(result: Any, what: str, *case: Any) -> tuple[Any, Any]:
     if isinstance(result, Raised):
         raise _raised(result, what)
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type(result).__name__}")
+        raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type_name(result)}")
     return result
 
 
@@ -424,7 +425,7 @@ def _judge_heads(obs: Observations) -> None:
     mistakes = [m.part(1) for m in _mha_mistakes(_params(d_model, seed, bias=True), x, x, x, n, None)]
     for weights in (before, after):
         if not isinstance(weights, Tensor) or tuple(weights.shape) != expected:
-            shape = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+            shape = tuple(weights.shape) if isinstance(weights, Tensor) else type_name(weights)
             suspect = matching_suspect(weights, mistakes, 1e-5, 1e-4) if isinstance(weights, Tensor) else None
             raise Mistake(f"the weights of {what} have shape {shape}, expected {expected}, one matrix per head"
                           + (f": {suspect.message}" if suspect else ""), suspect.name if suspect else None)
@@ -453,7 +454,7 @@ def _tensors(result: Any, what: str, like: tuple[Any, Any] | None = None) -> tup
     out, weights = _pair(result, what)
     for got, name, i in ((out, "out", 0), (weights, "weights", 1)):
         if not isinstance(got, Tensor):
-            raise Mistake(f"{what}: `{name}` should be a tensor, got a {type(got).__name__}")
+            raise Mistake(f"{what}: `{name}` should be a tensor, got a {type_name(got)}")
         if like is not None and got.shape != like[i].shape:
             raise Mistake(f"{what}: `{name}` has shape {tuple(got.shape)}, but {tuple(like[i].shape)} without "
                           f"dropout — dropout must not change the shapes")

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.testing import GRAPH_CUT, LIBRARY_CALL
+from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, NO_RETURN
 from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
 from autograder.checks.self_attention import (
     _SCORE_COUNT_CASES,
@@ -37,12 +37,14 @@ from autograder.judges.core import (
     Compare,
     Suspect,
     contract_check,
+    describe,
     judge,
     judge_answers,
     judge_projections,
     judge_tensor,
     judge_value_error,
     register,
+    type_name,
 )
 from solutions import self_attention as ref
 
@@ -139,8 +141,12 @@ def _judge_softmax_library(obs: Observations) -> None:
     if used:
         raise Mistake(f"softmax calls torch's `{used[0]}` — the exercise asks you to write softmax "
                       f"yourself from exp, max and sum", LIBRARY_CALL)
-    if isinstance(obs["result"], Raised):
-        raise Mistake(f"softmax(x of shape (3, 5)) {obs['result'].describe()}")
+    result = obs["result"]
+    if isinstance(result, Raised):
+        raise Mistake(f"softmax(x of shape (3, 5)) {result.describe()}")
+    if not (isinstance(result, Tensor) and result.shape == (3, 5)):
+        raise Mistake(f"softmax(x of shape (3, 5)) should return a tensor of shape (3, 5), got {describe(result)}",
+                      NO_RETURN if result is None else None)
 
 
 register("softmax_no_library", _judge_softmax_library)
@@ -292,7 +298,7 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
             raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
         for got, want, name in ((result[0], out, "out"), (result[1], weights, "weights")):
             if not isinstance(got, Tensor) or got.shape != want.shape:
-                shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+                shape = tuple(got.shape) if isinstance(got, Tensor) else type_name(got)
                 raise Mistake(f"{what}: `{name}` has shape {shape}, expected {tuple(want.shape)}; out is "
                               f"(..., T_q, d_v) and weights (..., T_q, T_k), in that order")
 
@@ -358,8 +364,17 @@ judge(Compare(SELF_ATTENTION_FORWARD, _forward_reference, _forward_what, _forwar
 
 def _judge_module_gradients(obs: Observations) -> None:
     d_model, d_k, d_v, x, mask, seed = SELF_ATTENTION_FORWARD.cases[1]
+    call = f"SelfAttention({d_model}, {d_k}, {d_v})"
     if "raised" in obs:
-        raise Mistake(f"SelfAttention({d_model}, {d_k}, {d_v}): forward and backward {obs['raised'].describe()}")
+        raise Mistake(f"{call}: forward and backward {obs['raised'].describe()}")
+    if "returned" in obs:  # no output in the graph
+        result = obs["returned"]
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise Mistake(f"{call} should return a tuple (out, weights) from forward; got {describe(result)}")
+        if isinstance(result[0], Tensor):
+            raise Mistake(f"the output of {call} is cut off from the graph (requires_grad is False) — avoid "
+                          f"`.detach()`, `.data` and `torch.no_grad()` in forward", GRAPH_CUT)
+        raise Mistake(f"{call}: `out` should be a tensor, got {describe(result[0])}")
     used = obs["used"]  # {name: whether doubling that projection's weight changes the output}
     module = load_weights(ref.SelfAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
     out, _ = module(x, mask)

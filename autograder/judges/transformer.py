@@ -59,6 +59,7 @@ from autograder.checks.transformer import (
 from autograder.judges.core import (
     Compare,
     Suspect,
+    describe,
     judge,
     judge_answers,
     judge_cases,
@@ -734,6 +735,8 @@ def _judge_dtype_device(obs: Observations) -> None:
         raise Mistake(f"{what} {got.describe()} — keep the positional table in the model's dtype: register it "
                       f"as a buffer: .double() and .to(device) move buffers too",
                       DTYPE_CHANGED if about_dtype else None)
+    if not isinstance(got, dict):
+        raise Mistake(f"{what} should return logits of shape (3, 5, 13), got {describe(got)}")
     if got["dtype"] != "torch.float64":
         raise Mistake(f"{what} returned {got['dtype']} logits — keep the model's dtype; a positional table "
                       f"registered as a buffer follows .double()", DTYPE_CHANGED)
@@ -744,7 +747,7 @@ def _judge_dtype_device(obs: Observations) -> None:
     if isinstance(got, Raised):  # named only when the error is about devices: then something stayed on the CPU
         raise Mistake(f"{what} {got.describe()} — {advice}",
                       "mask built on the CPU" if "device" in got.message.lower() else None)
-    if got["device"] != "meta" or got["shape"] != (3, 5, 13):
+    if not isinstance(got, dict) or got["device"] != "meta" or got["shape"] != (3, 5, 13):
         raise Mistake(f"{what} gave {got}, expected meta logits of shape (3, 5, 13) — {advice}")
 
 
@@ -758,6 +761,12 @@ def _judge_gradients(obs: Observations) -> None:
     what = "one training step of Transformer(norm_first=True, n_layers=2) on a copy batch"
     if isinstance(got, Raised):
         raise Mistake(f"{what}: the forward pass or the backward pass {got.describe()}")
+    if got["missing"] is None:  # the probe found nothing to train on
+        logits = got["logits"]
+        found = (f"{logits['dtype']} logits of shape {logits['shape']} on {logits['device']}"
+                 if isinstance(logits, dict) else describe(logits))
+        raise Mistake(f"{what}: the model returned {found}, expected float logits of shape (B, T_tgt, tgt_vocab) = "
+                      f"(2, 5, 10)")
     if got["missing"]:
         names = ", ".join(got["missing"][:4]) + (" …" if len(got["missing"]) > 4 else "")
         encoder = any(n.startswith(("src_embed", "encoder_layers")) for n in got["missing"])
@@ -868,7 +877,8 @@ def _judge_eval_mode(obs: Observations) -> None:
         if isinstance(result, Raised):
             raise Mistake(f"{case.what()} {result.describe()}")
         if not result["modes"]:
-            raise Mistake(f"{case.what()} never called model.encode, model.decode or model(...)")
+            raise Mistake(f"{case.what()} never called model.encode, model.decode or model(...); it returned "
+                          f"{describe(result['out'])}")
         if any(result["modes"]):
             raise Mistake(f"{case.what()} ran the model in training mode: call model.eval() first, or dropout "
                           f"makes the decoding random", "model left in training mode")
