@@ -498,11 +498,16 @@ def test_grading_refuses_when_the_instructor_falls_short(tmp_path, monkeypatch) 
     assert any("softmax_sums_to_one" in p and "deliberately wrong judge" in p for p in failed.value.problems)
 
 
-def test_selftest_gives_every_assignment_full_marks() -> None:
-    run = subprocess.run([sys.executable, "-m", "autograder", "selftest"], cwd=REPO_ROOT, env=nbgrader_env(),
-                         capture_output=True, text=True, timeout=900)
+def test_selftest_gives_the_assignments_it_is_given_full_marks() -> None:
+    """Two assignments, one line each and the summary. Every assignment's instructor answers get full marks from
+    the same grader in test_catalogue.py (the instructor's row of each class); .ci/run runs the whole selftest
+    as an ordinary user on a copy under /tmp."""
+    chosen = ["01_self_attention", "05_positional_encoding"]
+    run = subprocess.run([sys.executable, "-m", "autograder", "selftest", *chosen], cwd=REPO_ROOT,
+                         env=nbgrader_env(), capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    for assignment in sorted(p.name for p in (REPO_ROOT / "autograder" / "source").iterdir() if p.is_dir()):
+    assert "selftest: 2 of 2 assignment(s) give the instructor full marks" in run.stdout, run.stdout[-3000:]
+    for assignment in chosen:
         line = next(x for x in run.stdout.splitlines() if x.startswith(assignment + ":"))
         score, maximum = line.split(":")[1].split(",")[0].strip().split("/")
         assert float(score) == float(maximum) > 0 and ", ok" in line, line

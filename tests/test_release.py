@@ -65,14 +65,31 @@ def test_nothing_for_instructors_is_in_the_bundle(bundle) -> None:
     assert not [p for p in paths if "source/" in p and p.endswith(".ipynb")], "source notebooks shipped"
 
 
+#: The tests that run the bundle as a learner does (its helpers installed, its notebooks executed) use a bundle of
+#: a stub site: what they run (notebooks, chapters, helper package) does not depend on the built HTML, and so they
+#: run beside the book build, on the other pytest-xdist worker, instead of after it.
+LEARNER = pytest.mark.xdist_group("learner-bundle")
+
+
 @pytest.fixture(scope="module")
-def learner(bundle, tmp_path_factory):
+def notebooks_bundle(tmp_path_factory):
+    """The student repository written from a stub site (an index page only): the same notebooks, chapters and
+    helper package as the real bundle (test_the_bundle_has_the_book_the_notebooks_and_the_helpers checks those)."""
+    site = tmp_path_factory.mktemp("stub-site")
+    (site / "index.html").write_text("<p>stub site: the real one is tested from the built book</p>")
+    out = tmp_path_factory.mktemp("notebooks-bundle") / "students"
+    make_bundle(out, site)
+    return out
+
+
+@pytest.fixture(scope="module")
+def learner(notebooks_bundle, tmp_path_factory):
     """The bundle installed as its README says (``pip install -e .`` of its own pyproject), in a fresh environment
     that has the third-party packages and nothing of this repository: the learner's python."""
     python = fresh_env(tmp_path_factory.mktemp("learner") / "venv")
     run = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
-                          "-q", "-e", str(bundle)], capture_output=True, text=True, timeout=300,
-                         env={"PATH": "/usr/bin:/bin", "HOME": str(bundle.parent)})
+                          "-q", "-e", str(notebooks_bundle)], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(notebooks_bundle.parent)})
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     return python
 
@@ -95,17 +112,21 @@ def _imports(python, cwd, **env) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def test_the_bundle_alone_gives_the_helpers_and_no_solutions(bundle, learner) -> None:
+@LEARNER
+def test_the_bundle_alone_gives_the_helpers_and_no_solutions(notebooks_bundle, learner) -> None:
+    bundle = notebooks_bundle
     for folder in ("notebooks/01_self_attention", "book"):
         found = _imports(learner, bundle / folder)
         assert found["attention_course.testing"] and found["attention_course.testing"].startswith(str(bundle)), found
         assert found["solutions"] is None and found["autograder"] is None, f"the learner's kernel can import {found}"
 
 
+@LEARNER
 @pytest.mark.parametrize("assignment", sorted(ASSIGNMENTS))
-def test_each_notebook_runs_in_the_bundle_alone(bundle, learner, assignment, tmp_path) -> None:
+def test_each_notebook_runs_in_the_bundle_alone(notebooks_bundle, learner, assignment, tmp_path) -> None:
     """The release notebook as a learner runs it in the bundle: the set-up cell, then, with a correct answer in
     every stub (the instructor's), each Try-it cell and each visible test, in order, in the notebook's folder."""
+    bundle = notebooks_bundle
     name = ASSIGNMENTS[assignment][0]
     released = nbformat.read(bundle / "notebooks" / assignment / name, 4)
     answers = {nbgrader_meta(c)["grade_id"]: c.source for c in solution_cells(nbformat.read(
@@ -165,10 +186,12 @@ assert not [m for m in sys.modules if m.split(".")[0] in ("benchmarks", "solutio
 """
 
 
-def test_chapter_6_benchmarks_run_with_nothing_but_the_helper_package(bundle, tmp_path) -> None:
+@LEARNER
+def test_chapter_6_benchmarks_run_with_nothing_but_the_helper_package(notebooks_bundle, tmp_path) -> None:
     """Chapter 6 opened alone, as on Colab: a fresh environment where the bundle's helper package is installed (not
     in editable mode: nothing of the bundle's folder is on the path), the notebook alone in a folder; its set-up,
     imports and `bench-setup` cells, then the probe above, run there."""
+    bundle = notebooks_bundle
     python = fresh_env(tmp_path / "venv")
     package = tmp_path / "package"  # pip builds in the source tree: build from a copy, not from the bundle
     shutil.copytree(bundle / "attention_course", package / "attention_course",
