@@ -686,6 +686,8 @@ def notebook_setup() -> dict:
 
 
 def test_the_notebook_s_copy_task_is_the_one_the_checks_measure_on_and_its_stated_baselines_are_its_own() -> None:
+    from pathlib import Path
+
     from autograder.checks.gpt import COPY_TRANSITIONS, copy_sequences
 
     setup = notebook_setup()
@@ -703,9 +705,12 @@ def test_the_notebook_s_copy_task_is_the_one_the_checks_measure_on_and_its_state
     assert abs(float(chain) - baselines["chain"]) < 0.02
     assert abs(float(-(frequencies * frequencies.log()).sum()) - baselines["frequencies"]) < 0.02
     assert baselines["uniform"] == pytest.approx(math.log(12))
-    text = "".join(c.source for c in setup["cells"] if c.cell_type == "markdown")
-    for value in baselines.values():
-        assert f"{value:.2f}" in text, f"the notebook should state the baseline {value:.2f}"
+    from autograder.judges import gpt as judges
+
+    notebook = "".join(c.source for c in setup["cells"] if c.cell_type == "markdown")
+    for where, text in (("the notebook", notebook), ("the judges", Path(judges.__file__).read_text())):
+        for value in baselines.values():
+            assert f"{value:.2f}" in text, f"{where} should state the baseline {value:.2f}"
 
 
 def test_the_contract_table_names_existing_checks_for_every_exercise() -> None:

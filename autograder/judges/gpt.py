@@ -1172,7 +1172,7 @@ register("GPT_parts", _judge_gpt_parts)
 #: What the training checks ask of the model the notebook trains on the copy task, and what they measured (the
 #: judges' docstrings give the measurements): the first loss near ln V, the loss on the chain's half below TRAINS_BELOW,
 #: and at least COPIES_AT_LEAST of the copy's tokens right.
-FIRST_LOSS_ABOVE_LN_V, TRAINS_BELOW, COPIES_AT_LEAST = 0.5, 2.0, 0.9
+FIRST_LOSS_ABOVE_LN_V, TRAINS_BELOW, COPIES_AT_LEAST = 0.5, 2.1, 0.9
 _LN_V = math.log(COPY_VOCAB + 1)
 _TRAINED = "a GPT trained on the copy task (8 tokens of a Markov chain, a separator, the same 8 again)"
 
@@ -1189,10 +1189,11 @@ def _judge_initial(got: Any) -> None:
 
 def _judge_trains(obs: Observations) -> None:
     """The first loss of an untrained model must be near ln V = ln 13 = 2.56 (the embeddings at std 0.02), and the
-    loss of the trained model on the positions whose next token the Markov chain draws must fall below 2.0 nats.
+    loss of the trained model on the positions whose next token the Markov chain draws must fall below 2.1 nats.
     Baselines on these positions (exact, from the chain): uniform over the 12 tokens 2.48, the tokens' frequencies
-    alone 2.22, the chain itself 1.63 (no model can do better); a model without attention learns the chain too,
-    so this check says that training works, not that attention does (GPT_copies does). Measured by
+    alone 2.42, the chain itself 1.74 (no model can do better). Measured over seeds 0-7: the reference 1.79-1.86;
+    with every block's attention replaced by zeros 1.75-1.77, for a model without attention learns the chain
+    too: this check says that training works, not that attention does (GPT_copies does). Held by
     tests/test_reference_gpt.py::test_the_training_checks_need_attention_and_pass_the_reference."""
     _judge_initial(obs["initial"])
     got = obs["trained"]
@@ -1206,8 +1207,8 @@ def _judge_trains(obs: Observations) -> None:
     if math.isfinite(loss) and loss < TRAINS_BELOW:
         return
     raise Mistake(f"{_TRAINED}: on the chain's half its loss is {loss:.2f} nats per token, expected below "
-                  f"{TRAINS_BELOW} (uniform 2.48, the tokens' frequencies alone 2.22, the chain itself 1.63; the "
-                  f"reference reaches about 1.75). Does every part receive a gradient, and is dropout off in eval "
+                  f"{TRAINS_BELOW} (uniform 2.48, the tokens' frequencies alone 2.42, the chain itself 1.74; the "
+                  f"reference reaches about 1.8). Does every part receive a gradient, and is dropout off in eval "
                   f"mode?")
 
 
@@ -1226,11 +1227,11 @@ _WHY_PART = {
 
 def _judge_copies(obs: Observations) -> None:
     """Given the 8 tokens and the separator, the trained model writes the 8 tokens again, greedily: at least 90% of
-    them right. The token to write sits 9 positions back, so only attention can read it: measured over seeds, the
-    reference copies 100% of them, and the same model with every block's attention replaced by zeros about 28%
-    (it can only guess what usually follows the last token it wrote). A failing model is told which part training
-    could not reach (unregistered, frozen, cut from the gradient) or that its embeddings start too large. Measured
-    by tests/test_reference_gpt.py::test_the_training_checks_need_attention_and_pass_the_reference."""
+    them right. The token to write sits 9 positions back, so only attention can read it: measured over seeds 0-7,
+    the reference copies 99.8-100% of them, and the same model with every block's attention replaced by zeros
+    8-11% (chance is 1/12: it can only guess what usually follows the last token it wrote). A failing model is told
+    which part training could not reach (unregistered, frozen, cut from the gradient) or that its embeddings start
+    too large. Held by tests/test_reference_gpt.py::test_the_training_checks_need_attention_and_pass_the_reference."""
     got, parts, initial = obs["copies"], obs["parts"], obs["initial"]
     what = f"{_TRAINED}, given the 8 tokens and the separator"
     if isinstance(got, Raised):
@@ -1241,7 +1242,7 @@ def _judge_copies(obs: Observations) -> None:
     if copied >= COPIES_AT_LEAST:
         return
     head = (f"{what} wrote {copied:.0%} of the tokens right, expected at least {COPIES_AT_LEAST:.0%} (the reference "
-            f"100%; a model without attention about 28%, the tokens that usually follow)")
+            f"100%; a model without attention about 10%, the tokens that usually follow)")
     if isinstance(parts, dict):
         for part, state in parts.items():
             if state != "trained" and state in _WHY_PART:
