@@ -1233,7 +1233,7 @@ WRONG = [
           "merge_states_values"),
     Entry("merge_states", "o divided by l", merge_normalised, "output normalised in the state", "merge_states_values"),
     Entry("merge_states", "NaN when both are empty", merge_nan_when_empty, "NaN when both states are empty",
-          "merge_states_empty", also=("NaN gradient on empty states",)),
+          "merge_states_empty", also=("NaN gradient on empty states", "NaN on fully masked rows")),
     Entry("merge_states", "measured from the minimum", merge_from_the_minimum, "minimum instead of maximum",
           "merge_states_values"),
     Entry("merge_states", "the first state rescaled in place", merge_in_place, "input modified in place",
