@@ -656,6 +656,8 @@ def test_the_training_checks_need_attention_and_pass_the_reference(gpt: type[GPT
 
 
 def test_the_notebook_s_copy_task_is_the_one_the_checks_measure_on_and_its_stated_baselines_are_its_own() -> None:
+    """The notebook's CopyTask is the checks' task (the same chain, the same sequences from the same seed), and the
+    baselines it computes, which the notebook and the judges state, are those predictors' losses measured on it."""
     nb = nbformat.read(source_notebook("07_gpt"), 4)
     namespace: dict = {}
     exec(next(c.source for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"), namespace)  # noqa: S102
