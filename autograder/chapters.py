@@ -87,8 +87,8 @@ CHAPTERS: tuple[Chapter, ...] = (
             "transformer",
             ("FeedForward", "EncoderLayer", "DecoderLayer", "TransformerConfig", "Transformer", "greedy_decode")),
     Chapter(7, "A GPT that writes: sampling, a KV cache, online softmax, grouped-query attention", "07_gpt", "gpt",
-            ("sample_next", "online_softmax_attention", "KVCache", "GroupedQueryAttention", "GPTBlock", "GPT",
-             "generate")),
+            ("sample_next", "merge_states", "online_softmax_attention", "KVCache", "GroupedQueryAttention", "GPTBlock",
+             "GPT", "generate")),
 )
 
 

@@ -4,8 +4,10 @@ The reading order is the dependency order: ``KVCache`` (the keys and values
 kept between generation steps) → ``GroupedQueryAttention`` (causal
 self-attention whose heads may share keys and values) → ``GPTBlock`` →
 ``GPTConfig`` → ``GPT`` (a decoder-only transformer) → ``sample_next``
-(temperature, top-k, nucleus) → ``generate`` → ``online_softmax_attention``
-(how FlashAttention computes attention without the ``T_q × T_k`` matrix).
+(temperature, top-k, nucleus) → ``generate`` → ``merge_states`` (two partial
+softmax states combined into one) → ``online_softmax_attention`` (how
+FlashAttention computes attention without the ``T_q × T_k`` matrix: every block
+of keys merged into a running state).
 
 Chapter 6's decoder without the encoder is a GPT: the same pre-norm blocks,
 minus cross-attention. The masks are Chapter 2's (:func:`~solutions.masking.causal_mask`,
@@ -42,6 +44,7 @@ __all__ = [
     "GPT",
     "sample_next",
     "generate",
+    "merge_states",
     "online_softmax_attention",
     "kv_cache_elements",  # concept checks
     "positions_processed",
@@ -59,8 +62,13 @@ class KVCache:
 
     .. math:: K_{0..t} = [K_\text{cache};\ K_\text{new}],\qquad V_{0..t} = [V_\text{cache};\ V_\text{new}]
 
-    Appending with ``torch.cat`` copies the cache at every step; production
-    code preallocates ``max_len`` rows and writes into them. Same numbers.
+    Appending with ``torch.cat`` copies the cache at every step. Inference code
+    for one model preallocates ``max_len`` rows per layer and writes into them
+    (gpt-fast; Hugging Face's ``StaticCache``, which CUDA graphs need). Servers
+    that hold many requests at once page the cache instead: fixed blocks of a
+    few positions, allocated as a sequence grows and found through a table
+    (vLLM's PagedAttention, Kwon et al. 2023), because a ``max_len`` buffer per
+    request leaves most of the memory it reserves unused. Same numbers in all three.
 
     Args:
         n_layers: one pair (keys, values) per layer.
@@ -112,13 +120,17 @@ class GroupedQueryAttention(nn.Module):
 
     .. math:: \mathrm{head}_h = \mathrm{softmax}\!\left(\frac{Q_h K_{g(h)}^\top}{\sqrt{d_\text{head}}} + M\right)
               V_{g(h)},\qquad g(h) = \left\lfloor h \,/\, \mathrm{group} \right\rfloor,\qquad
-              \mathrm{out} = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_{n}) W_o
+              \mathrm{out} = \mathrm{Concat}(\mathrm{head}_0, \dots, \mathrm{head}_{n_\text{heads} - 1}) W_o
 
     ``n_kv_heads == n_heads`` is Chapter 4's multi-head attention (one key/value
     head per query head); ``n_kv_heads == 1`` is multi-query attention (every
     query head reads the same keys and values). In between, grouped-query
     attention (Ainslie et al., 2023) keeps ``group`` times fewer keys and
-    values in the :class:`KVCache`, which is what limits long generation.
+    values in the :class:`KVCache`, and every decoding step reads ``group``
+    times fewer bytes of it. The cache outweighs the weights only past a
+    crossover: for a 7B model with multi-head attention in bf16 (13.5 GB of
+    weights, 0.5 MiB of cache per position), once batch × context passes about
+    26,000 positions; below it, reading the weights dominates each step.
     ``M`` is the causal mask with the cache's offset,
     ``causal_mask(T, T_cache + T)``: new token ``i`` sits at position
     ``T_cache + i`` and attends every key up to it.
@@ -419,27 +431,85 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, use_cache: bool = 
         model.train(was_training)
 
 
+State = tuple[Tensor, Tensor, Tensor]
+
+
+def merge_states(a: State, b: State) -> State:
+    r"""The softmax state of two sets of keys, from the state of each: how split keys are put back together.
+
+    For one query and a set of keys ``J`` with scores ``s_j``, the state
+    ``(m, ℓ, o)`` is
+
+    .. math:: m = \max_{j \in J} s_j,\qquad \ell = \sum_{j \in J} e^{s_j - m},\qquad
+              o = \sum_{j \in J} e^{s_j - m}\, v_j
+
+    so that ``o / ℓ`` is the attention over ``J``. The state of ``J_a ∪ J_b``
+    rescales both sums to the larger maximum:
+
+    .. math:: m = \max(m_a, m_b),\qquad \ell = \ell_a e^{m_a - m} + \ell_b e^{m_b - m},\qquad
+              o = o_a e^{m_a - m} + o_b e^{m_b - m}
+
+    Every exponent is ``<= 0``, so nothing overflows. The merge is
+    associative and commutative: keys split into parts in any way, the parts'
+    states merged in any grouping, give the state of all of them (up to
+    rounding). That is what lets FlashAttention walk the keys block by block
+    (:func:`online_softmax_attention`) and Flash-Decoding split one query's
+    keys across processors. The state of no key, or of keys that are all
+    masked, is ``(-inf, 0, 0)``: merging with it changes nothing, and two of
+    them merge to another, never NaN (where both maxima are ``-inf`` the
+    sums are shifted by 0, not by ``-inf``).
+
+    Args:
+        a, b: states ``(m, ℓ, o)``: ``m`` and ``ℓ`` ``(..., T_q, 1)``, ``o`` ``(..., T_q, d_v)``, not normalised;
+            the two states of the same shapes.
+
+    Returns:
+        ``(m, ℓ, o)`` of the same shapes: the state of both sets of keys. The inputs are not modified.
+
+    Raises:
+        ValueError: if a state is not three tensors of those shapes, or the two states' shapes differ.
+    """
+    for name, state in (("a", a), ("b", b)):
+        if not (isinstance(state, (tuple, list)) and len(state) == 3 and all(isinstance(t, Tensor) for t in state)):
+            raise ValueError(f"state {name} must be three tensors (m, l, o), got {type(state).__name__}")
+        m, total, out = state
+        if m.dim() < 1 or m.shape[-1] != 1 or total.shape != m.shape or out.shape[:-1] != m.shape[:-1]:
+            raise ValueError(f"state {name} must hold m and l of shape (..., T_q, 1) and o (..., T_q, d_v); got m "
+                             f"{tuple(m.shape)}, l {tuple(total.shape)}, o {tuple(out.shape)}")
+    if [t.shape for t in a] != [t.shape for t in b]:
+        raise ValueError(f"the two states must have the same shapes; got {[tuple(t.shape) for t in a]} and "
+                         f"{[tuple(t.shape) for t in b]}")
+    (m_a, total_a, out_a), (m_b, total_b, out_b) = a, b
+    m = torch.maximum(m_a, m_b)  # (..., T_q, 1)
+    shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # both states empty: shift by 0, not -inf
+    scale_a, scale_b = torch.exp(m_a - shift), torch.exp(m_b - shift)  # (..., T_q, 1), <= 1; 0 for an empty state
+    return m, total_a * scale_a + total_b * scale_b, out_a * scale_a + out_b * scale_b
+
+
 def online_softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                              block_size: int = 128) -> Tensor:
     r"""Attention over the keys block by block, with a running softmax: FlashAttention's online softmax.
 
-    .. math:: m \leftarrow \max(m, \max_j s_j),\qquad
-              \ell \leftarrow \ell\, e^{m_\text{old} - m} + \sum_j e^{s_j - m},\qquad
-              o \leftarrow o\, e^{m_\text{old} - m} + \sum_j e^{s_j - m} v_j,\qquad
-              \mathrm{out} = o / \ell
+    Each query keeps the state ``(m, ℓ, o)`` of the keys seen so far (see
+    :func:`merge_states`): the largest score ``m``, the sum of the
+    exponentials ``ℓ = Σ e^{s_j - m}`` and their weighted sum of values
+    ``o = Σ e^{s_j - m} v_j``. Each block of scores ``s_j = q k_j / sqrt(d_k)``
+    (``-inf`` where masked) makes a state of its own, which is merged into
+    the running one:
 
-    where ``s_j`` are one block's scores ``q k_j / sqrt(d_k)`` (``-inf`` where
-    masked). Each query keeps three running values: the largest score seen,
-    ``m``; the sum of the exponentials, ``ℓ``; and their weighted sum of
-    values, ``o``. When a block raises the maximum, the old sums are rescaled
-    by ``e^{m_old - m}``, so after the last block ``o / ℓ`` is exactly
-    ``softmax(scores) @ v``, though only ``(..., T_q, block_size)`` scores ever
+    .. math:: (m, \ell, o) \leftarrow (m, \ell, o) \oplus \left(\max_j s_j,\ \sum_j e^{s_j - \max s},\
+              \sum_j e^{s_j - \max s} v_j\right),\qquad \mathrm{out} = o / \ell
+
+    After the last block the state is that of all the keys, so ``o / ℓ`` is
+    exactly ``softmax(scores) @ v`` (``o / ℓ`` does not depend on the
+    reference ``m``), though only ``(..., T_q, block_size)`` scores ever
     existed at once, never the ``(..., T_q, T_k)`` matrix. FlashAttention
-    (Dao et al., 2022) runs this loop inside one GPU kernel, on blocks that fit
-    in on-chip memory.
+    (Dao et al., 2022) runs this loop inside one GPU kernel, on blocks small
+    enough for the chip's on-chip memory, and never writes the score matrix
+    to the GPU's main memory.
 
     Args:
-        q: ``(..., T_q, d_k)``; k: ``(..., T_k, d_k)``; v: ``(..., T_k, d_v)``.
+        q: ``(..., T_q, d_k)``; k: ``(..., T_k, d_k)``; v: ``(..., T_k, d_v)``; the leading dimensions broadcast.
         mask: optional boolean tensor broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
             A query whose keys are all masked gets an all-zero output (``ℓ = 0``), never NaN.
         block_size: keys per block, ``>= 1``; it need not divide ``T_k``.
@@ -464,21 +534,19 @@ def online_softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | Non
         _check_mask(mask, torch.Size((*batch, t_q, t_k)))
         mask = mask.expand(*mask.shape[:-1], t_k)  # a view: a key axis of 1 becomes T_k, so blocks can slice it
     q = q / math.sqrt(q.shape[-1])  # scale once, not once per block
-    m = q.new_full((*batch, t_q, 1), float("-inf"))  # running maximum score of each query
-    total = q.new_zeros((*batch, t_q, 1))  # running sum of exp(score - m)
-    out = q.new_zeros((*batch, t_q, v.shape[-1]))  # running sum of exp(score - m) * value
+    state = (q.new_full((*batch, t_q, 1), float("-inf")), q.new_zeros((*batch, t_q, 1)),
+             q.new_zeros((*batch, t_q, v.shape[-1])))  # the state of no key yet
     for start in range(0, t_k, block_size):
         end = min(start + block_size, t_k)
         scores = q @ k[..., start:end, :].transpose(-2, -1)  # (..., T_q, d_k) @ (..., d_k, blk) -> (..., T_q, blk)
         if mask is not None:
             scores = scores.masked_fill(~mask[..., start:end], float("-inf"))
-        m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (..., T_q, 1)
-        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))  # all masked so far: shift by 0
-        rescale = torch.exp(m - shift)  # (..., T_q, 1): e^(m_old - m_new), 0 before the first visible key
-        p = torch.exp(scores - shift)  # (..., T_q, blk), 0 where masked
-        total = total * rescale + p.sum(dim=-1, keepdim=True)
-        out = out * rescale + p @ v[..., start:end, :]  # (..., T_q, blk) @ (..., blk, d_v) -> (..., T_q, d_v)
-        m = m_new
+        scores = scores.expand(*batch, t_q, end - start)  # a view: the state of every query, broadcast
+        m = scores.amax(dim=-1, keepdim=True)  # (..., T_q, 1); -inf where the block's keys are all masked
+        p = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # (..., T_q, blk), 0 if masked
+        block = (m, p.sum(dim=-1, keepdim=True), p @ v[..., start:end, :])  # (..., T_q, blk) @ (..., blk, d_v)
+        state = merge_states(state, block)
+    _, total, out = state
     return out / torch.where(total > 0, total, torch.ones_like(total))  # fully masked rows: 0 / 1 = 0
 
 

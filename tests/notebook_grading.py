@@ -93,26 +93,33 @@ class CellResult:
 
 
 def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
-                     visible_only: bool = False, exercise: str | None = None) -> dict[str, CellResult]:
+                     visible_only: bool = False, exercise: str | None = None, cells: tuple[str, ...] | None = None,
+                     namespace: dict[str, Any] | None = None) -> dict[str, CellResult]:
     """Grade the reference implementations, with ``overrides`` swapped in, through the notebook's test cells.
 
     With ``visible_only`` the test cells are the release's, as a learner runs them: the visible checks alone,
-    without the hidden ones; with ``exercise``, only that exercise's test cells. A cell scores its points
-    when it raises nothing and writes nothing to stderr (nbgrader's rule: a warning in a test cell is a
-    failure).
+    without the hidden ones; with ``exercise``, only that exercise's test cells; with ``cells``, only the test
+    cells of those grade ids. A cell scores its points when it raises nothing and writes nothing to stderr
+    (nbgrader's rule: a warning in a test cell is a failure). The cells run in ``namespace`` when one is given
+    (empty), so that the caller can read what they made.
     """
     nb = nbformat.read(release_notebook(assignment) if visible_only else source_notebook(assignment), 4)
-    namespace: dict[str, Any] = {"__name__": "__graded__"}
+    namespace = {} if namespace is None else namespace
+    namespace["__name__"] = "__graded__"
     setup = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"]
     exec(compile(setup[0].source, "<setup>", "exec"), namespace)  # noqa: S102
     namespace.update(reference_objects(assignment))
     namespace.update(overrides or {})
     results = {}
-    cells = graded_cells(nb)
+    tests = graded_cells(nb)
     if exercise is not None:
         names = [nbgrader_meta(c)["grade_id"] for c in solution_cells(nb)]
-        cells = [c for c in cells if exercise_of(nbgrader_meta(c)["grade_id"], names) == exercise]
-    for cell in cells:
+        tests = [c for c in tests if exercise_of(nbgrader_meta(c)["grade_id"], names) == exercise]
+    if cells is not None:
+        missing = set(cells) - {nbgrader_meta(c)["grade_id"] for c in tests}
+        assert not missing, f"{assignment} has no test cells {sorted(missing)}"
+        tests = [c for c in tests if nbgrader_meta(c)["grade_id"] in cells]
+    for cell in tests:
         meta = nbgrader_meta(cell)
         stderr = io.StringIO()
         message = ""

@@ -14,11 +14,19 @@ and the model get seeded weights copied into the parts the exercise names
 :class:`ProbeCache`, so that an attention is graded apart from the learner's
 ``KVCache``. ``generate`` runs on :class:`Rigged`, a stand-in model whose next
 token is a fixed function of the whole prefix and which records what it was fed.
+The two training checks judge the model the notebook's visible code trained on
+the copy task (:func:`copy_sequences`), measured on sequences of their own.
+
+Whatever the learner's code returns, a probe records it and never raises: every
+call of the learner's code, and everything done with what it returned, runs
+inside :func:`~autograder.checks.core.attempt` (or ``attempt_as_is``), and a
+result of the wrong form becomes a :class:`WrongOutput` record that the judge
+turns into a message. ``gpt_contract.md`` beside this file lists every sentence
+of the chapter's contract with the hidden case that checks it.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +36,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from attention_course.text import CharCorpus
 from autograder.checks.core import (
     Check,
     Observations,
@@ -40,11 +47,13 @@ from autograder.checks.core import (
     layer_norm_weights,
     linear_facts,
     load_layer_norm,
+    observe_contract,
     plain,
     probe_answers,
     register,
     seeded,
     seeded_mask,
+    tensor_facts,
 )
 
 
@@ -54,20 +63,33 @@ class WrongOutput(TypeError):
 
 # ================================================================ sample_next
 
-#: the rows of logits that the sampling checks repeat: distinct values, no ties, spread over a few units
+#: the rows of logits that the sampling checks repeat: distinct values spread over a few units; the third ties
+#: three logits with the second largest, so that top_k=2 keeps four tokens
 LOGITS = (
     torch.tensor([2.0, 1.0, 0.5, 0.0, -0.5, -1.0, -1.5, -2.5]),
     torch.tensor([0.3, -1.2, 2.2, 1.1, -0.4, 0.9, -2.0, 1.6, 0.0, -0.8]),
+    torch.tensor([1.0, 0.25, -0.5, 0.25, -1.0, 0.25, -0.25]),
 )
 DRAWS = 6000  # rows per case: the frequencies are within about 0.01 of the probabilities
 
 
+def describe_value(x: Any) -> str:
+    """A short description of what the learner's code returned, for a message: a tensor's dtype and shape, or the
+    type of anything else."""
+    if isinstance(x, Tensor):
+        return f"a {str(x.dtype).removeprefix('torch.')} tensor of shape {tuple(x.shape)}" + (
+            f" on {x.device.type}" if x.device.type != "cpu" else "")
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return "None" if x is None else f"a {type(x).__name__}"
+
+
 def frequencies(tokens: Any, vocab: int) -> Tensor:
     """How often each of ``vocab`` token ids was drawn, from a ``(DRAWS,)`` LongTensor of ids."""
-    if not isinstance(tokens, Tensor) or tokens.shape != (DRAWS,) or tokens.dtype != torch.int64:
-        found = f"{tokens.dtype} {tuple(tokens.shape)}" if isinstance(tokens, Tensor) else type(tokens).__name__
-        raise WrongOutput(f"for logits of shape ({DRAWS}, {vocab}) it returned {found}, not a LongTensor of shape "
-                          f"({DRAWS},): one token id per row")
+    if not isinstance(tokens, Tensor) or tokens.shape != (DRAWS,) or tokens.dtype != torch.int64 \
+            or tokens.device.type != "cpu":
+        raise WrongOutput(f"for logits of shape ({DRAWS}, {vocab}) it returned {describe_value(tokens)}, not a "
+                          f"LongTensor of shape ({DRAWS},): one token id per row")
     if tokens.min() < 0 or tokens.max() >= vocab:
         raise WrongOutput(f"it returned token ids outside 0..{vocab - 1}")
     return torch.bincount(tokens, minlength=vocab).double() / DRAWS
@@ -84,22 +106,39 @@ def _draw(student: Any, row: Tensor, temperature: float, top_k: int | None, top_
 SAMPLE_TEMPERATURE = declare(Check("sample_next_temperature", [
     (LOGITS[0], 0.5, None, None, 801), (LOGITS[1], 2.0, None, None, 802), (LOGITS[0], 1.0, None, None, 803),
 ], call=_draw, key="freqs"))
-SAMPLE_TOP_K = declare(Check("sample_next_top_k", [
+SAMPLE_TOP_K = Check("sample_next_top_k", [
     (LOGITS[0], 1.0, 3, None, 811), (LOGITS[1], 0.7, 4, None, 812), (LOGITS[1], 1.0, 1, None, 813),
-    (LOGITS[0], 1.0, 50, None, 814),
-], call=_draw, key="freqs"))
-SAMPLE_TOP_P = declare(Check("sample_next_top_p", [  # masses where the nucleus has 3, 4, 2 and 5 tokens
+    (LOGITS[0], 1.0, 50, None, 814), (LOGITS[2], 1.0, 2, None, 815),  # ties with the k-th: four tokens kept
+], call=_draw, key="freqs")
+SAMPLE_TOP_P = Check("sample_next_top_p", [  # masses where the nucleus has 3, 4, 2, 5, 1 and every token
     (LOGITS[0], 1.0, None, 0.8, 821), (LOGITS[1], 1.0, None, 0.75, 822), (LOGITS[0], 0.5, None, 0.9, 823),
-    (LOGITS[1], 1.5, 5, 0.7, 824),
-], call=_draw, key="freqs"))
+    (LOGITS[1], 1.5, 5, 0.7, 824), (LOGITS[1], 1.0, None, 0.05, 825), (LOGITS[0], 1.0, None, 1.0, 826),
+], call=_draw, key="freqs")
+#: as many rows as tokens, each with its largest logit elsewhere: with top_k=1 (or a nucleus of one token) every row
+#: must give its own argmax, which a threshold of shape (B,) instead of (B, 1) compares with the wrong row's
+SQUARE_ROWS = seeded(8, 8, seed=816, scale=0.3) + 3.0 * torch.eye(8)[torch.randperm(8, generator=torch.Generator(
+    ).manual_seed(817))]
+
+
+def _square(student: Any, **options: Any) -> Any:
+    return attempt(lambda: student(SQUARE_ROWS.clone(), temperature=1.0, generator=torch.Generator().manual_seed(818),
+                                   **options))
+
+
+def _probe_filter(check: Check, **square: Any) -> Callable[[Any], Observations]:
+    return lambda student: {**check.probe(student), "square": _square(student, **square)}
+
+
+register(SAMPLE_TOP_K.id, _probe_filter(SAMPLE_TOP_K, top_k=1))
+register(SAMPLE_TOP_P.id, _probe_filter(SAMPLE_TOP_P, top_p=0.05))
 GREEDY_ROWS = seeded(5, 9, seed=831, scale=2.0)
 
 
 def _probe_greedy(student: Any) -> Observations:
-    def greedy() -> Any:
-        return student(GREEDY_ROWS.clone(), temperature=0.0, generator=torch.Generator().manual_seed(832))
+    def greedy(**filters: Any) -> Any:
+        return student(GREEDY_ROWS.clone(), temperature=0.0, generator=torch.Generator().manual_seed(832), **filters)
 
-    return {"greedy": attempt(greedy)}
+    return {"greedy": attempt(greedy), "filtered": attempt(lambda: greedy(top_k=3, top_p=0.5))}
 
 
 def _probe_generator(student: Any) -> Observations:
@@ -117,11 +156,133 @@ def _probe_generator(student: Any) -> Observations:
             again, other = draw(5), draw(6)
         return {"first": plain(first), "again": plain(again), "other": plain(other), "global_used": global_used}
 
-    return {"draws": attempt_as_is(run)}
+    def by_default(seed: int) -> Any:  # no generator: PyTorch's global one, seeded here
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return student(logits.clone(), temperature=1.0)
+
+    return {"draws": attempt_as_is(run),
+            "default": attempt_as_is(lambda: tuple(plain(by_default(seed)) for seed in (1, 1, 2)))}
 
 
 register("sample_next_greedy", _probe_greedy)
 register("sample_next_generator", _probe_generator)
+
+#: the contract's other sentences: a batch of one row, float64 logits, the logits left as they were, bad arguments
+CONTRACT_LOGITS = seeded(5, 7, seed=851, dtype=torch.float64)
+#: (what, logits, options) of calls that must raise ValueError
+SAMPLE_ERRORS = (
+    ("logits of shape (7,)", torch.zeros(7), {}),
+    ("logits of shape (2, 3, 7)", torch.zeros(2, 3, 7), {}),
+    ("temperature=-1.0", torch.zeros(2, 7), {"temperature": -1.0}),
+    ("top_k=0", torch.zeros(2, 7), {"top_k": 0}),
+    ("top_p=0.0", torch.zeros(2, 7), {"top_p": 0.0}),
+    ("top_p=1.5", torch.zeros(2, 7), {"top_p": 1.5}),
+)
+
+
+def _probe_sample_contract(student: Any) -> Observations:
+    def one_row() -> Any:  # temperature, top_k and top_p left at their defaults
+        return student(LOGITS[0][None].clone(), generator=torch.Generator().manual_seed(852))
+
+    def untouched() -> Any:
+        logits = CONTRACT_LOGITS.clone()
+        drawn = student(logits, temperature=0.5, top_k=4, top_p=0.9, generator=torch.Generator().manual_seed(853))
+        return {"drawn": tensor_facts(drawn), "untouched": bool(torch.equal(logits, CONTRACT_LOGITS))}
+
+    return {"one_row": attempt(one_row), "float64": attempt_as_is(untouched),
+            "errors": [attempt(lambda x=x, o=o: student(x.clone(), **o)) for _, x, o in SAMPLE_ERRORS]}
+
+
+register("sample_next_contract", _probe_sample_contract)
+
+
+# ================================================================ merge_states
+
+def partial_state(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The state (m, l, o) of one set of keys, from its scores (..., T_q, n) (-inf where masked) and values (..., n,
+    d_v): the probes' own, to make the cases."""
+    m = scores.amax(dim=-1, keepdim=True)
+    p = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    return m, p.sum(dim=-1, keepdim=True), p @ v
+
+
+def _state(*batch: int, t_q: int = 3, n: int = 4, d_v: int = 5, seed: int, scale: float = 1.0,
+           shift: float = 0.0, masked_rows: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, Tensor]:
+    scores = seeded(*batch, t_q, n, seed=seed, scale=scale) + shift
+    scores[..., list(masked_rows), :] = float("-inf")  # rows whose keys here are all masked: an empty state
+    return partial_state(scores, seeded(*batch, n, d_v, seed=seed + 1))
+
+
+def empty_state(*batch: int, t_q: int = 3, d_v: int = 5) -> tuple[Tensor, Tensor, Tensor]:
+    """The state of no key: (-inf, 0, 0)."""
+    return (torch.full((*batch, t_q, 1), float("-inf")), torch.zeros(*batch, t_q, 1), torch.zeros(*batch, t_q, d_v))
+
+
+def _merge_all(student: Any, *states: tuple[Tensor, Tensor, Tensor]) -> Any:
+    """The learner's merge of two states, or of three in both groupings: ((a + b) + c, a + (b + c))."""
+    fresh = [tuple(t.clone() for t in state) for state in states]
+    if len(fresh) == 2:
+        return student(*fresh)
+    a, b, c = fresh
+    return student(student(a, b), c), student(a, student(b, c))
+
+
+MERGE_VALUES = declare(Check("merge_states_values", [  # (state a, state b[, state c])
+    (_state(2, seed=861), _state(2, seed=863, shift=0.8)),  # either maximum can be the larger
+    (_state(2, 2, t_q=2, n=3, d_v=4, seed=865, scale=3.0), _state(2, 2, t_q=2, n=6, d_v=4, seed=867)),
+    (_state(1, seed=869, scale=40.0, shift=300.0), _state(1, seed=871, scale=40.0, shift=-200.0)),  # e^300 overflows
+    (_state(2, seed=873), _state(2, seed=875, shift=-0.5), _state(2, seed=877, shift=1.0)),  # three, two groupings
+], call=_merge_all))
+_SOME = _state(2, seed=881)
+MERGE_EMPTY = declare(Check("merge_states_empty", [
+    (empty_state(2), _SOME),  # an empty state merged with a state: that state
+    (_SOME, empty_state(2)),
+    (empty_state(2), empty_state(2)),  # two empty states: an empty state, never NaN
+    (_state(2, seed=883, masked_rows=(0, 2)), _state(2, seed=885, masked_rows=(2,))),  # empty for some queries only
+], call=_merge_all))
+
+#: float64 states (finite) for the contract; the gradient of a merge with an empty state must be finite too
+MERGE_CONTRACT = {name: t.double() for name, t in zip(("m_a", "l_a", "o_a", "m_b", "l_b", "o_b"),
+                                                       (*_state(2, seed=887), *_state(2, seed=889, shift=0.3)),
+                                                       strict=True)}
+MERGE_SHAPE_ERRORS = (  # (what, a, b): states that must be refused with a ValueError
+    ("states of 3 and 4 queries", _state(2, seed=891), _state(2, t_q=4, seed=893)),
+    ("states of d_v 5 and 6", _state(2, seed=895), _state(2, d_v=6, seed=897)),
+)
+
+
+def _merged(student: Any) -> Callable[..., Tensor]:
+    """The learner's merge on separate tensors, its (m, l, o) side by side, (..., T_q, 2 + d_v): one output whose
+    gradient the contract check can take (the concatenation is the probe's, on what was returned)."""
+
+    def call(m_a: Tensor, l_a: Tensor, o_a: Tensor, m_b: Tensor, l_b: Tensor, o_b: Tensor) -> Tensor:
+        out = student((m_a, l_a, o_a), (m_b, l_b, o_b))
+        if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
+            raise WrongOutput(f"it returned {describe_value(out)}, not three tensors (m, l, o)")
+        return torch.cat(list(out), dim=-1)
+
+    return call
+
+
+def _probe_merge_contract(student: Any) -> Observations:
+    obs = observe_contract(_merged(student), MERGE_CONTRACT, seed=899)
+    del obs["called"]  # no torch function is forbidden here
+
+    def empty_grad() -> Any:
+        state = [t.double().requires_grad_(True) for t in _state(2, seed=901, masked_rows=(1,))]
+        merged = _merged(student)(*state, *(t.double() for t in empty_state(2)))
+        finite = torch.where(torch.isfinite(merged), merged, torch.zeros_like(merged))  # m is -inf where both are empty
+        grads = torch.autograd.grad((finite * seeded(*merged.shape, seed=902, dtype=merged.dtype)).sum(), state,
+                                    allow_unused=True)
+        return tuple(grads)
+
+    obs["empty_grad"] = attempt(empty_grad)
+    obs["errors"] = [attempt(lambda a=a, b=b: student(a, b)) for _, a, b in MERGE_SHAPE_ERRORS]
+    return obs
+
+
+register("merge_states_contract", _probe_merge_contract)
 
 
 # ================================================================ online_softmax_attention
@@ -144,6 +305,9 @@ ONLINE_VALUES = declare(Check("online_softmax_attention_values", [  # (q, k, v, 
     (seeded(2, 2, 3, 8, seed=854), seeded(2, 2, 7, 8, seed=855), seeded(2, 2, 7, 8, seed=856), None, 1),
     (seeded(1, 5, 4, seed=857), seeded(1, 6, 4, seed=858), seeded(1, 6, 3, seed=859), None, 16),  # one block
     (*_late_peak(860), None, 3),
+    # grouped-query shapes: q (B, n_kv, group, T_q, d), k and v (B, n_kv, 1, T_k, d) broadcast over the group
+    (seeded(2, 2, 2, 3, 8, seed=846), seeded(2, 2, 1, 7, 8, seed=847), seeded(2, 2, 1, 7, 4, seed=848), None, 3),
+    (seeded(3, 5, seed=843), seeded(9, 5, seed=844), seeded(9, 2, seed=845), None, 4),  # no leading dimension at all
 ], call=_online))
 
 
@@ -164,6 +328,11 @@ ONLINE_MASKED = declare(Check("online_softmax_attention_masked", [
      torch.ones(5, 5, dtype=torch.bool).tril(), 2),  # causal, broadcast over the batch
     (seeded(2, 3, 4, seed=868), seeded(2, 7, 4, seed=869), seeded(2, 7, 2, seed=870), _dead_rows(2, 3, 7, seed=871),
      3),
+    (seeded(2, 4, 6, seed=872), seeded(2, 9, 6, seed=873), seeded(2, 9, 3, seed=874),  # a padding mask (B, 1, T_k)
+     torch.tensor([[True] * 6 + [False] * 3, [True] * 2 + [False] * 7])[:, None, :], 4),
+    # the offset causal mask of a cache, (T_q, T_k), over grouped-query shapes
+    (seeded(1, 2, 2, 3, 8, seed=875), seeded(1, 2, 1, 7, 8, seed=876), seeded(1, 2, 1, 7, 4, seed=877),
+     torch.ones(3, 7, dtype=torch.bool).tril(4), 2),
 ], call=_online))
 
 
@@ -186,20 +355,45 @@ class _ShapeRecorder(TorchFunctionMode):
 BLOCK_CASE = (seeded(2, 3, 6, seed=881), seeded(2, 40, 6, seed=882), seeded(2, 40, 5, seed=883), 8)
 
 
-def _probe_blocks(student: Any) -> Observations:
-    q, k, v, block = BLOCK_CASE
+#: 2 queries over 300 keys, block_size left at its default of 128: the widest scores are 128 per query
+DEFAULT_BLOCK_CASE = (seeded(1, 2, 4, seed=878), seeded(1, 300, 4, seed=879), seeded(1, 300, 3, seed=880))
 
-    def run() -> dict[str, Any]:
+
+def _probe_blocks(student: Any) -> Observations:
+    def run(q: Tensor, k: Tensor, v: Tensor, *block: int) -> dict[str, Any]:
         recorder = _ShapeRecorder()
         with recorder:
-            out = student(q.clone(), k.clone(), v.clone(), None, block_size=block)
+            out = student(q.clone(), k.clone(), v.clone(), None, **({"block_size": block[0]} if block else {}))
         widest = max((s[-1] for s in recorder.shapes if len(s) >= 2 and s[-2] == q.shape[-2]), default=0)
         return {"out": plain(out), "widest": widest}
 
-    return {"run": attempt_as_is(run)}
+    return {"run": attempt_as_is(lambda: run(*BLOCK_CASE)), "default": attempt_as_is(lambda: run(*DEFAULT_BLOCK_CASE))}
 
 
 register("online_softmax_attention_blocks", _probe_blocks)
+
+#: float64 inputs whose second query may attend nothing: its output is 0 and its gradients must be 0, not NaN
+ONLINE_CONTRACT = {"q": seeded(2, 3, 4, seed=884, dtype=torch.float64),
+                   "k": seeded(2, 5, 4, seed=885, dtype=torch.float64),
+                   "v": seeded(2, 5, 3, seed=886, dtype=torch.float64)}
+ONLINE_CONTRACT_MASK = torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5])
+ONLINE_ERRORS = (  # (what, q, k, v, block_size): calls that must raise ValueError
+    ("block_size=0", seeded(1, 2, 4, seed=887), seeded(1, 5, 4, seed=888), seeded(1, 5, 3, seed=889), 0),
+    ("q with d_k=4 and k with d_k=3", seeded(1, 2, 4, seed=890), seeded(1, 5, 3, seed=891), seeded(1, 5, 3, seed=892),
+     2),
+)
+
+
+def _probe_online_contract(student: Any) -> Observations:
+    obs = observe_contract(lambda q, k, v: student(q, k, v, ONLINE_CONTRACT_MASK.clone(), block_size=2),
+                           ONLINE_CONTRACT, seed=893)
+    del obs["called"]  # the blocks check watches what is built
+    obs["errors"] = [attempt(lambda q=q, k=k, v=v, b=b: student(q.clone(), k.clone(), v.clone(), None, block_size=b))
+                     for _, q, k, v, b in ONLINE_ERRORS]
+    return obs
+
+
+register("online_softmax_attention_contract", _probe_online_contract)
 
 
 # ================================================================ KVCache
@@ -213,14 +407,17 @@ KV_SCRIPTS = [
     (2, [(0, *_kv(3, 901)), (1, *_kv(3, 903)), (0, *_kv(1, 905)), (1, *_kv(1, 907)), (0, *_kv(2, 909)),
          (1, *_kv(2, 911))]),
     (1, [(0, *_kv(4, 913, b=1, heads=1, d=2)), (0, *_kv(1, 915, b=1, heads=1, d=2))]),
+    (3, [(0, *_kv(2, 917)), (1, *_kv(2, 919))]),  # layer 2 is never updated: its entries stay None
 ]
 
 
 def _run_cache(student: Any, n_layers: int, updates: list) -> tuple:
-    """(what each update returned, the cache's keys, its values), each per update or per layer."""
+    """(what each update returned, the cache's keys, its values), each per update or per layer (``plain`` keeps
+    the type name of anything that is not a tensor, a number or a sequence of them), and whether the keys and the
+    values are one list."""
     cache = student(n_layers)
     returned = tuple(plain(cache.update(layer, k.clone(), v.clone())) for layer, k, v in updates)
-    return returned, plain(list(cache.keys)), plain(list(cache.values))
+    return returned, plain(cache.keys), plain(cache.values), cache.keys is cache.values
 
 
 KV_UPDATE = declare(Check("KVCache_update", KV_SCRIPTS, call=_run_cache))
@@ -367,15 +564,44 @@ GQA_CACHE = declare(Check("GroupedQueryAttention_cache", [
 ], call=_gqa_cached))
 
 
+#: (key, args, kwargs) of the modules whose projections are checked: n_kv_heads left out means n_heads
+GQA_PROJECTIONS = (("gqa", (32, 8, 2), {}), ("mqa", (24, 4, 1), {}), ("default", (24, 4), {}),
+                   ("no_bias", (16, 4, 2), {"bias": False}))
+GQA_ERRORS = (("GroupedQueryAttention(32, 8, 3)", (32, 8, 3)), ("GroupedQueryAttention(30, 8, 2)", (30, 8, 2)))
+
+
 def _probe_gqa_projections(student: Any) -> Observations:
-    def facts(*args: int) -> dict[str, Any]:
-        module = student(*args)
+    def facts(*args: int, **kwargs: Any) -> dict[str, Any]:
+        module = student(*args, **kwargs)
         return {name: linear_facts(getattr(module, name, None)) for name in ("w_q", "w_k", "w_v", "w_o")}
 
-    return {"gqa": attempt_as_is(lambda: facts(32, 8, 2)), "mqa": attempt_as_is(lambda: facts(24, 4, 1))}
+    obs: Observations = {key: attempt_as_is(lambda a=a, k=k: facts(*a, **k)) for key, a, k in GQA_PROJECTIONS}
+    obs["errors"] = [attempt(lambda a=a: student(*a)) for _, a in GQA_ERRORS]
+    return obs
 
 
 register("GroupedQueryAttention_projections", _probe_gqa_projections)
+
+#: (case, dropout probability): the same weights without dropout, with it in eval mode, and in training mode
+GQA_DROPOUT = (AttnCase(16, 4, 2, seeded(2, 6, 16, seed=947), 948), 0.5)
+
+
+def _probe_gqa_dropout(student: Any) -> Observations:
+    case, p_drop = GQA_DROPOUT
+
+    def run(dropout: float, training: bool) -> Any:
+        module = student(case.d, case.n_heads, case.n_kv, dropout=dropout)
+        load_attention(module, attention_weights(case.d, case.n_heads, case.n_kv, case.seed), "GroupedQueryAttention")
+        module.train(training)
+        with torch.random.fork_rng(devices=[]), torch.no_grad():  # leave the learner's random state as it was
+            torch.manual_seed(0)
+            return module(case.x.clone())
+
+    return {"none": attempt(lambda: run(0.0, False)), "eval": attempt(lambda: run(p_drop, False)),
+            "train": attempt(lambda: run(p_drop, True))}
+
+
+register("GroupedQueryAttention_dropout", _probe_gqa_dropout)
 
 
 # ================================================================ GPTBlock
@@ -389,9 +615,11 @@ class BlockCase:
     x: Tensor
     seed: int
     chunks: tuple[int, ...] = ()
+    dropout: float = 0.0  # in eval mode: it must change nothing
 
     def what(self) -> str:
-        return (f"GPTBlock({self.d}, {self.n_heads}, {self.n_kv}, {self.d_ff}) on x {tuple(self.x.shape)}"
+        return (f"GPTBlock({self.d}, {self.n_heads}, {self.n_kv}, {self.d_ff}"
+                + (f", dropout={self.dropout}) in eval mode" if self.dropout else ")") + f" on x {tuple(self.x.shape)}"
                 + (f" fed in chunks of {list(self.chunks)} with a cache" if self.chunks else ""))
 
 
@@ -409,7 +637,7 @@ def load_block(block: Any, w: dict[str, dict[str, Tensor]], where: str) -> None:
 
 
 def build_block(student: Any, case: BlockCase) -> Any:
-    block = student(case.d, case.n_heads, case.n_kv, case.d_ff)
+    block = student(case.d, case.n_heads, case.n_kv, case.d_ff, *([case.dropout] if case.dropout else []))
     load_block(block, block_weights(case.d, case.n_heads, case.n_kv, case.d_ff, case.seed), "GPTBlock")
     return block.eval()
 
@@ -424,10 +652,28 @@ def _block_cached(student: Any, case: BlockCase) -> tuple:
     return in_chunks(build_block(student, case), case.x, case.chunks, cache, 2), key_shapes(cache)
 
 
-BLOCK_FORWARD = declare(Check("GPTBlock_forward", [
+def twice_in_training(module: Any, x: Tensor) -> tuple[Any, Any]:
+    """``module(x)`` in training mode, once under each of two random seeds (the learner's random state left as it
+    was): with dropout they differ."""
+    module.train()
+    runs = []
+    for seed in (0, 1):
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            runs.append(plain(module(x.clone())))
+    return tuple(runs)
+
+
+BLOCK_FORWARD = Check("GPTBlock_forward", [
     (BlockCase(16, 4, 2, 24, seeded(2, 5, 16, seed=951), 952),),
     (BlockCase(12, 3, 1, 20, seeded(1, 6, 12, seed=953), 954),),
-], call=_block_forward))
+    (BlockCase(16, 4, 2, 24, seeded(2, 5, 16, seed=955), 956, dropout=0.3),),
+], call=_block_forward)
+#: a block with dropout=0.5 in training mode, run under two seeds
+BLOCK_TRAINING = BlockCase(16, 4, 2, 24, seeded(2, 5, 16, seed=957), 958, dropout=0.5)
+register(BLOCK_FORWARD.id, lambda student: {
+    **BLOCK_FORWARD.probe(student),
+    "training": attempt_as_is(lambda: twice_in_training(build_block(student, BLOCK_TRAINING), BLOCK_TRAINING.x))})
 BLOCK_CACHE = declare(Check("GPTBlock_cache", [
     (BlockCase(16, 4, 2, 24, seeded(2, 6, 16, seed=961), 962, chunks=(3, 2, 1)),),
     (BlockCase(12, 3, 3, 20, seeded(1, 4, 12, seed=963), 964, chunks=(1, 1, 2)),),
@@ -500,7 +746,8 @@ class ModelCase:
     def what(self) -> str:
         c = self.config
         return (f"GPT(vocab={c.vocab}, d_model={c.d_model}, n_heads={c.n_heads}, n_kv_heads={c.n_kv_heads}, "
-                f"n_layers={c.n_layers}) on tokens {tuple(self.tokens.shape)}"
+                f"n_layers={c.n_layers}" + (f", dropout={c.dropout}) in eval mode" if c.dropout else ")")
+                + f" on tokens {tuple(self.tokens.shape)}"
                 + (f" fed in chunks of {list(self.chunks)} with a cache" if self.chunks else ""))
 
 
@@ -510,6 +757,7 @@ def _tokens(vocab: int, b: int, t: int, seed: int) -> Tensor:
 
 _SMALL = Config(vocab=13)
 _MQA = Config(vocab=9, d_model=12, n_heads=3, n_kv_heads=1, n_layers=1, d_ff=20, max_len=10)
+_DROPOUT = Config(vocab=13, dropout=0.3)
 
 
 def _model_forward(student: Any, case: ModelCase) -> Any:
@@ -517,10 +765,23 @@ def _model_forward(student: Any, case: ModelCase) -> Any:
         return load_model(student(case.config), case.config, case.seed)(case.tokens.clone())
 
 
-MODEL_FORWARD = declare(Check("GPT_forward", [
+MODEL_FORWARD = Check("GPT_forward", [
     (ModelCase(_SMALL, _tokens(13, 2, 7, 971), 972),),
     (ModelCase(_MQA, _tokens(9, 3, 10, 973), 974),),  # T = max_len
-], call=_model_forward))
+    (ModelCase(_SMALL, _tokens(13, 1, 1, 975), 976),),  # one sequence of one token
+    (ModelCase(_DROPOUT, _tokens(13, 2, 6, 977), 978),),  # dropout in the config, the model in eval mode
+], call=_model_forward)
+#: a GPT with dropout=0.5 in training mode, run under two seeds
+MODEL_TRAINING = ModelCase(Config(vocab=13, dropout=0.5), _tokens(13, 2, 6, 979), 980)
+
+
+def _model_training(student: Any) -> tuple[Any, Any]:
+    case = MODEL_TRAINING
+    return twice_in_training(load_model(student(case.config), case.config, case.seed), case.tokens)
+
+
+register(MODEL_FORWARD.id, lambda student: {**MODEL_FORWARD.probe(student),
+                                            "training": attempt_as_is(lambda: _model_training(student))})
 
 
 def _model_cached(student: Any, case: ModelCase) -> Any:
@@ -528,10 +789,33 @@ def _model_cached(student: Any, case: ModelCase) -> Any:
     return in_chunks(model, case.tokens, case.chunks, ProbeCache(case.config.n_layers))
 
 
-MODEL_CACHE = declare(Check("GPT_cache", [
+MODEL_CACHE = Check("GPT_cache", [
     (ModelCase(_SMALL, _tokens(13, 2, 7, 981), 982, chunks=(4, 1, 2)),),
     (ModelCase(_MQA, _tokens(9, 1, 10, 983), 984, chunks=(1, 1, 5, 3)),),  # the last position is max_len - 1
-], call=_model_cached))
+], call=_model_cached)
+#: sequences longer than max_len = 16: 17 tokens at once, and 10 cached then 7 more; each must raise ValueError
+MODEL_TOO_LONG = (ModelCase(_SMALL, _tokens(13, 1, 17, 985), 986), ModelCase(_SMALL, _tokens(13, 1, 17, 987), 988,
+                                                                           chunks=(10, 7)))
+
+
+def _too_long(student: Any, case: ModelCase) -> Any:
+    """What the last call raised (a ValueError is asked for), or the shape of what it returned."""
+    model = load_model(student(case.config), case.config, case.seed)
+    cache, tokens = None, case.tokens
+    with torch.no_grad():
+        if case.chunks:  # fill a cache first, then the last chunk goes past max_len
+            cache = ProbeCache(case.config.n_layers)
+            model(tokens[:, :case.chunks[0]].clone(), cache)
+            tokens = tokens[:, case.chunks[0]:]
+        return tensor_facts(model(tokens.clone(), cache))
+
+
+def _probe_model_cache(student: Any) -> Observations:
+    return {**MODEL_CACHE.probe(student),
+            "too_long": [attempt_as_is(lambda case=case: _too_long(student, case)) for case in MODEL_TOO_LONG]}
+
+
+register(MODEL_CACHE.id, _probe_model_cache)
 
 _PARTS_CONFIG = Config(vocab=300, d_model=64, n_heads=4, n_kv_heads=2, n_layers=3, d_ff=32, max_len=200)
 
@@ -552,7 +836,9 @@ def _probe_model_parts(student: Any) -> Observations:
                                                                               "weight", None)
         blocks = getattr(model, "blocks", None)
         found["blocks"] = len(blocks) if isinstance(blocks, nn.ModuleList) else repr(blocks)[:60]
+        found["blocks_type"] = type(blocks).__name__
         found["norm"] = type(getattr(model, "norm", None)).__name__
+        found["config"] = getattr(model, "config", None) is _PARTS_CONFIG
         return found
 
     return {"facts": attempt_as_is(facts)}
@@ -560,54 +846,124 @@ def _probe_model_parts(student: Any) -> Observations:
 
 register("GPT_parts", _probe_model_parts)
 
-# ---------------------------------------------------------------- training on Python's help pages
+# ---------------------------------------------------------------- the training checks: a task that needs attention
 
-#: the model, the run and the measure of the training check (the judge's docstring gives the measurements)
-TRAIN = {"d_model": 48, "n_heads": 4, "n_kv_heads": 2, "n_layers": 1, "d_ff": 192, "max_len": 32,
-         "steps": 120, "batch": 32, "lr": 1e-2, "held_out_batch": 64}
-
-
-def _probe_learns(student: Any) -> Observations:
-    def run() -> dict[str, Any]:
-        corpus = CharCorpus.python_help()
-        t, s = TRAIN["max_len"], TRAIN
-        config = Config(vocab=len(corpus), d_model=s["d_model"], n_heads=s["n_heads"], n_kv_heads=s["n_kv_heads"],
-                        n_layers=s["n_layers"], d_ff=s["d_ff"], max_len=t)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # a model this small trains fastest on one thread
-        begin = time.perf_counter()
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(0)
-                model = student(config).train()
-                optimiser = torch.optim.AdamW(model.parameters(), lr=s["lr"])
-                batches = torch.Generator().manual_seed(1)
-                losses = []
-                for _ in range(s["steps"]):
-                    inputs, targets = corpus.batch(corpus.train, s["batch"], t, batches)
-                    loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
-                    optimiser.zero_grad()
-                    loss.backward()
-                    optimiser.step()
-                    losses.append(float(loss))
-                model.eval()
-                inputs, targets = corpus.batch(corpus.held_out, s["held_out_batch"], t,
-                                               torch.Generator().manual_seed(2))
-                changed = inputs.clone()
-                changed[:, t // 2:] = (changed[:, t // 2:] + 1) % len(corpus)  # the second half only
-                with torch.no_grad():
-                    logits = model(inputs)
-                    held_out = float(F.cross_entropy(logits.flatten(0, 1), targets.flatten()))
-                    sees_future = not torch.allclose(model(changed)[:, : t // 2], logits[:, : t // 2], atol=1e-5)
-        finally:
-            torch.set_num_threads(threads)
-        return {"first": losses[0], "last": losses[-1], "held_out": held_out, "sees_future": sees_future,
-                "seconds": round(time.perf_counter() - begin, 1)}
-
-    return {"run": attempt_as_is(run)}
+#: The task the notebook's visible code trains on (its CopyTask; tests/test_reference_gpt.py holds the two equal):
+#: COPY_LENGTH tokens of a fixed random Markov chain over COPY_VOCAB tokens, the separator (token COPY_VOCAB), then
+#: the same tokens again. The model's vocabulary is COPY_VOCAB + 1 tokens.
+COPY_VOCAB, COPY_LENGTH = 12, 8
+COPY_TRANSITIONS = torch.softmax(1.5 * torch.randn(COPY_VOCAB, COPY_VOCAB, generator=torch.Generator().manual_seed(0),
+                                                   dtype=torch.float64), dim=-1)  # (V, V): row i is P(next | i)
 
 
-register("GPT_learns", _probe_learns)
+def copy_sequences(n: int, generator: torch.Generator) -> Tensor:
+    """``n`` sequences ``(n, 2 * COPY_LENGTH + 1)`` of the copy task, drawn by inverse CDF from ``generator``: the
+    first token uniform, each next one from the chain's row of the last."""
+    u = torch.rand(n, COPY_LENGTH, generator=generator, dtype=torch.float64)
+    tokens = [(u[:, 0] * COPY_VOCAB).long()]
+    cdf = COPY_TRANSITIONS.cumsum(dim=-1)
+    for t in range(1, COPY_LENGTH):
+        tokens.append((cdf[tokens[-1]] < u[:, t, None]).sum(dim=-1).clamp(max=COPY_VOCAB - 1))
+    x = torch.stack(tokens, dim=1)  # (n, COPY_LENGTH)
+    return torch.cat([x, torch.full((n, 1), COPY_VOCAB), x], dim=1)
+
+
+#: the sequences each training check measures the trained model on (the notebook's own are drawn from other seeds)
+TRAINS_EVAL = copy_sequences(256, torch.Generator().manual_seed(991))
+COPIES_EVAL = copy_sequences(256, torch.Generator().manual_seed(992))
+#: the parts that training must reach, by the names the exercise gives them
+TRAINED_PARTS = ("tok_embed", "pos_embed", "blocks", "norm")
+
+
+def _as_model(student: Any) -> nn.Module:
+    if not isinstance(student, nn.Module):
+        raise WrongOutput(f"the trained model should be the GPT the cell trained, an nn.Module; got "
+                          f"{describe_value(student)}")
+    return student
+
+
+def _model_logits(model: nn.Module, tokens: Tensor) -> Tensor:
+    """The model's logits on ``tokens (N, T)``: a float tensor ``(N, T, COPY_VOCAB + 1)`` on the CPU, or WrongOutput."""
+    logits = model(tokens.clone())
+    want = (*tokens.shape, COPY_VOCAB + 1)
+    if not isinstance(logits, Tensor) or tuple(logits.shape) != want or not logits.is_floating_point() \
+            or logits.device.type != "cpu":
+        raise WrongOutput(f"on tokens of shape {tuple(tokens.shape)} the model returned {describe_value(logits)}, "
+                          f"not logits of shape {want}")
+    return logits
+
+
+def _loss(logits: Tensor, targets: Tensor) -> float:
+    return float(F.cross_entropy(logits.flatten(0, 1).double(), targets.flatten()))
+
+
+def initial_loss(student: Any) -> float:
+    """The loss on TRAINS_EVAL of a new, untrained model of the trained model's class and config (seed 0)."""
+    model = _as_model(student)
+    config = model.config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        fresh = type(model)(config)
+    with torch.no_grad():
+        return _loss(_model_logits(_as_model(fresh).eval(), TRAINS_EVAL[:, :-1]), TRAINS_EVAL[:, 1:])
+
+
+def _probe_trains(student: Any) -> Observations:
+    def measure() -> dict[str, Any]:
+        model = _as_model(student).eval()
+        inputs, targets = TRAINS_EVAL[:, :-1], TRAINS_EVAL[:, 1:]
+        changed = inputs.clone()
+        changed[:, COPY_LENGTH:] = (changed[:, COPY_LENGTH:] + 1) % COPY_VOCAB  # the separator and the copy
+        with torch.no_grad():
+            logits, later = _model_logits(model, inputs), _model_logits(model, changed)
+        chain = slice(0, COPY_LENGTH - 1)  # the positions whose next token the chain draws
+        return {"loss": _loss(logits[:, chain], targets[:, chain]),
+                "sees_future": not torch.allclose(later[:, :COPY_LENGTH], logits[:, :COPY_LENGTH], atol=1e-5)}
+
+    return {"trained": attempt_as_is(measure), "initial": attempt_as_is(lambda: initial_loss(student))}
+
+
+register("GPT_trains", _probe_trains)
+
+
+def training_facts(student: Any) -> dict[str, str]:
+    """For each part of TRAINED_PARTS, whether training can reach it: "missing", "unregistered" (its parameters are
+    not among model.parameters(), so no optimiser sees them), "frozen" (requires_grad False), "no gradient" (a
+    loss's gradient reaches none of its parameters) or "trained"."""
+    model = _as_model(student)
+    registered = {id(p) for p in model.parameters()}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    with torch.enable_grad():
+        logits = _model_logits(model, COPIES_EVAL[:32, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), COPIES_EVAL[:32, 1:].flatten())
+        grads = torch.autograd.grad(loss, trainable, allow_unused=True) if loss.requires_grad and trainable else []
+    reached = {id(p) for p, g in zip(trainable, grads, strict=True) if g is not None and bool(g.abs().sum() > 0)}
+    facts = {}
+    for part in TRAINED_PARTS:
+        found = getattr(model, part, None)
+        modules = list(found) if isinstance(found, (list, tuple, nn.ModuleList)) else [found]
+        params = [p for m in modules if isinstance(m, nn.Module) for p in m.parameters()]
+        facts[part] = ("missing" if not params else "unregistered" if any(id(p) not in registered for p in params)
+                       else "frozen" if any(not p.requires_grad for p in params)
+                       else "no gradient" if not any(id(p) in reached for p in params) else "trained")
+    return facts
+
+
+def _probe_copies(student: Any) -> Observations:
+    def write() -> Tensor:
+        model = _as_model(student).eval()
+        tokens = COPIES_EVAL[:, :COPY_LENGTH + 1]  # the chain's tokens and the separator
+        with torch.no_grad():
+            for _ in range(COPY_LENGTH):
+                next_token = _model_logits(model, tokens)[:, -1].argmax(dim=-1, keepdim=True)  # (N, 1): greedy
+                tokens = torch.cat([tokens, next_token], dim=1)
+        return tokens[:, COPY_LENGTH + 1:]  # (N, COPY_LENGTH): what it wrote
+
+    return {"copies": attempt(write), "parts": attempt_as_is(lambda: training_facts(student)),
+            "initial": attempt_as_is(lambda: initial_loss(student))}
+
+
+register("GPT_copies", _probe_copies)
 
 
 # ================================================================ generate
@@ -617,7 +973,8 @@ class Rigged(nn.Module):
     """A stand-in for a trained GPT, to test ``generate``: the next token after a prefix is a fixed function of
     the whole prefix (its sum and its length), so feeding the wrong tokens, or the wrong positions, changes what
     comes out. It keeps the token ids in the cache it is given, through ``cache.update(layer, k, v)``, as a GPT
-    keeps keys, and records what each call was fed: ``(T, T_cache)``, ``T_cache`` None without a cache."""
+    keeps keys, and records what each call was fed: ``(T, T_cache)``, ``T_cache`` None without a cache; whether it
+    was in training mode; whether gradients were tracked."""
 
     def __init__(self, vocab: int = 11, n_layers: int = 2, max_len: int = 40, sharpness: float = 4.0) -> None:
         super().__init__()
@@ -625,10 +982,12 @@ class Rigged(nn.Module):
         self.sharpness = sharpness
         self.calls: list[tuple[int, int | None]] = []
         self.modes: list[bool] = []
+        self.grad: list[bool] = []
         self.anchor = nn.Parameter(torch.zeros(()))  # so that .parameters() is not empty
 
     def forward(self, tokens: Tensor, cache: Any = None) -> Tensor:
         self.modes.append(self.training)
+        self.grad.append(torch.is_grad_enabled())
         start = None if cache is None else int(cache.length)
         self.calls.append((tokens.shape[1], start))
         context = tokens
@@ -651,31 +1010,41 @@ class Rigged(nn.Module):
 class GenerateCase:
     prompt: tuple[tuple[int, ...], ...]
     new: int
-    use_cache: bool
+    use_cache: bool | None  # None: not passed, so the default (True) applies
     options: tuple[tuple[str, Any], ...] = (("temperature", 0.0),)
+    training: bool = True  # the mode the model comes in
 
     def what(self) -> str:
         extra = "".join(f", {k}={v}" for k, v in self.options if k != "generator")
-        return (f"generate(model, prompt {list(map(list, self.prompt))}, max_new_tokens={self.new}, "
-                f"use_cache={self.use_cache}{extra})")
+        cache = "" if self.use_cache is None else f", use_cache={self.use_cache}"
+        mode = "" if self.training else " on a model in eval mode"
+        return f"generate(model, prompt {list(map(list, self.prompt))}, max_new_tokens={self.new}{cache}{extra}){mode}"
 
 
 def run_generate(generate: Callable[..., Any], case: GenerateCase, seed: int = 0) -> tuple[Any, Rigged]:
-    model = Rigged().train()
+    model = Rigged().train(case.training)
     options = dict(case.options)
     if "temperature" in options and options["temperature"] > 0:
         options["generator"] = torch.Generator().manual_seed(seed)
-    out = generate(model, torch.tensor(case.prompt), case.new, use_cache=case.use_cache, **options)
+    if case.use_cache is not None:
+        options["use_cache"] = case.use_cache
+    out = generate(model, torch.tensor(case.prompt), case.new, **options)
     return out, model
 
 
-def _probe_generate(cases: list[GenerateCase]) -> Callable[[Any], Observations]:
+def _probe_generate(cases: list[GenerateCase], too_long: bool = False) -> Callable[[Any], Observations]:
     def one(student: Any, case: GenerateCase) -> dict[str, Any]:
         out, model = run_generate(student, case)
         return {"out": plain(out), "calls": tuple(model.calls), "modes": tuple(model.modes),
-                "training_after": model.training}
+                "training_after": model.training, "grad": tuple(model.grad)}
 
-    return lambda student: {"runs": [attempt_as_is(lambda case=case: one(student, case)) for case in cases]}
+    def probe(student: Any) -> Observations:
+        obs = {"runs": [attempt_as_is(lambda case=case: one(student, case)) for case in cases]}
+        if too_long:
+            obs["too_long"] = attempt(lambda: run_generate(student, TOO_LONG)[0])
+        return obs
+
+    return probe
 
 
 GENERATE_TOKENS_CASES = [
@@ -683,13 +1052,17 @@ GENERATE_TOKENS_CASES = [
     GenerateCase(((7, 1, 2, 9),), 4, False),
     GenerateCase(((2,), (8,), (4,)), 1, False),
     GenerateCase(((6, 6, 6),), 0, False),
+    GenerateCase(((1, 5),), 3, False, training=False),  # a model in eval mode stays in eval mode
 ]
 GENERATE_CACHE_CASES = [
     GenerateCase(((3, 4), (5, 5)), 6, True),
     GenerateCase(((7, 1, 2, 9),), 4, True),
     GenerateCase(((2,), (8,), (4,)), 3, True),
+    GenerateCase(((4, 2, 6),), 3, None),  # use_cache left at its default, True
 ]
-register("generate_tokens", _probe_generate(GENERATE_TOKENS_CASES))
+#: a prompt of 3 and 38 new tokens: longer than the stand-in's max_len of 40, so ValueError
+TOO_LONG = GenerateCase(((1, 2, 3),), 38, False)
+register("generate_tokens", _probe_generate(GENERATE_TOKENS_CASES, too_long=True))
 register("generate_cache", _probe_generate(GENERATE_CACHE_CASES))
 
 SAMPLING_CASE = GenerateCase(((3, 4), (5, 5), (1, 2), (9, 9)), 8, True, (("temperature", 1.0),))

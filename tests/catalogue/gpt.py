@@ -4,7 +4,7 @@ mistake) and correct alternatives (each must keep full marks).
 Every entry is written the way a learner would write it, using only the names
 the exercise notebook gives (``math``, ``torch``, ``F``, ``nn``, ``Tensor`` and
 the helpers of its setup cell — ``causal_mask``, ``split_heads``,
-``merge_heads``, ``attend``, ``FeedForward`` — repeated here) and, where the
+``merge_heads``, ``FeedForward`` — repeated here) and, where the
 exercise builds on an earlier one, that earlier exercise, which the catalogue
 tests supply from the reference.
 """
@@ -18,7 +18,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from catalogue import Entry
-from solutions.gpt import GPTBlock, GroupedQueryAttention, KVCache, sample_next
+from solutions.gpt import (
+    GPTBlock,
+    GroupedQueryAttention,
+    KVCache,
+    merge_states,
+    online_softmax_attention,
+    sample_next,
+)
 
 
 def causal_mask(t_q: int, t_k: int | None = None, device: torch.device | str | None = None) -> Tensor:
@@ -36,19 +43,19 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * d)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
-    s = q @ k.mT / math.sqrt(q.shape[-1])
-    if mask is not None:
-        s = s.masked_fill(mask.logical_not(), -math.inf)
-    return s.softmax(dim=-1) @ v
-
-
 class FeedForward(nn.Sequential):
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
         super().__init__(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
 
 
 # ================================================================ sample_next
+
+
+def _check(logits, temperature, top_k, top_p):
+    """The argument checks every sample_next answer here makes (they differ elsewhere)."""
+    if logits.dim() != 2 or temperature < 0 or (top_k is not None and top_k < 1) \
+            or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError(f"logits {tuple(logits.shape)}, temperature {temperature}, top_k {top_k}, top_p {top_p}")
 
 
 def _top_k(logits, top_k):
@@ -64,6 +71,7 @@ def _top_p(logits, top_p, crossing=True):
 
 
 def sample_temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1)
     if top_k is not None:
@@ -75,6 +83,7 @@ def sample_temperature_after_softmax(logits, temperature=1.0, top_k=None, top_p=
 
 
 def sample_top_k_minus_one(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
@@ -87,6 +96,7 @@ def sample_top_k_minus_one(logits, temperature=1.0, top_k=None, top_p=None, gene
 
 
 def sample_top_p_drops_crossing(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
@@ -98,6 +108,7 @@ def sample_top_p_drops_crossing(logits, temperature=1.0, top_k=None, top_p=None,
 
 
 def sample_global_rng(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(-1)
     logits = logits / temperature
@@ -108,7 +119,21 @@ def sample_global_rng(logits, temperature=1.0, top_k=None, top_p=None, generator
     return torch.multinomial(logits.softmax(-1), 1).squeeze(-1)  # the generator is never used
 
 
+def sample_own_generator(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(-1)
+    generator = generator or torch.Generator()  # "a generator of its own when none is given": always seeded alike
+    logits = logits / temperature
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
 def sample_divides_by_zero(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     logits = logits / temperature  # temperature 0: inf and nan
     if top_k is not None:
         logits = _top_k(logits, top_k)
@@ -117,12 +142,13 @@ def sample_divides_by_zero(logits, temperature=1.0, top_k=None, top_p=None, gene
     return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
-def sample_in_sorted_order(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+def sample_top_k_exactly_k(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
     sorted_logits, order = torch.sort(logits / temperature, dim=-1, descending=True)
     if top_k is not None:
-        sorted_logits[:, top_k:] = -math.inf  # no ties in these logits: the first k are the top k
+        sorted_logits[:, top_k:] = -math.inf  # the first k are the top k, ties with the k-th or not
     probs = sorted_logits.softmax(dim=-1)
     if top_p is not None:
         probs = probs * ((probs.cumsum(dim=-1) - probs) < top_p)
@@ -130,7 +156,71 @@ def sample_in_sorted_order(logits, temperature=1.0, top_k=None, top_p=None, gene
     return order.gather(-1, choice).squeeze(-1)
 
 
+def sample_in_sorted_order(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    sorted_logits, order = torch.sort(logits / temperature, dim=-1, descending=True)
+    if top_k is not None:
+        kth = sorted_logits[:, min(top_k, logits.shape[-1]) - 1:][:, :1]  # (B, 1): ties with it stay
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, -math.inf)
+    probs = sorted_logits.softmax(dim=-1)
+    if top_p is not None:
+        probs = probs * ((probs.cumsum(dim=-1) - probs) < top_p)
+    choice = torch.multinomial(probs, 1, generator=generator)  # a position in the sorted order
+    return order.gather(-1, choice)[:, 0]
+
+
+def sample_threshold_without_keepdim(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1]  # (B,), not (B, 1)
+        logits = logits.masked_fill(logits < kth, -math.inf)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def sample_squeezed(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze()  # (B, 1) -> (B,), or () for B = 1
+
+
+def sample_divides_in_place(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits /= temperature  # the caller's logits, divided
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
+def sample_unchecked(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:  # no argument is checked
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k:
+        logits = _top_k(logits, top_k)
+    if top_p:
+        logits = _top_p(logits, top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
+
+
 def sample_with_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    _check(logits, temperature, top_k, top_p)
     if temperature == 0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature
@@ -141,6 +231,93 @@ def sample_with_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, gen
     cdf = scaled.softmax(-1).cumsum(-1)
     u = torch.rand(logits.shape[0], 1, generator=generator, dtype=cdf.dtype)
     return (cdf < u * cdf[:, -1:]).sum(dim=-1).clamp(max=logits.shape[-1] - 1)
+
+
+# ================================================================ merge_states
+
+
+def _shapes_match(a, b):
+    if [t.shape for t in a] != [t.shape for t in b]:
+        raise ValueError(f"states of shapes {[tuple(t.shape) for t in a]} and {[tuple(t.shape) for t in b]}")
+
+
+def merge_without_rescaling(a, b):
+    _shapes_match(a, b)
+    return torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]  # "the sums add up"
+
+
+def merge_rescales_one_side(a, b):
+    _shapes_match(a, b)
+    m = torch.maximum(a[0], b[0])
+    scale = torch.exp(a[0] - torch.nan_to_num(m, neginf=0.0))  # as in the loop, where b is measured from m already
+    return m, a[1] * scale + b[1], a[2] * scale + b[2]
+
+
+def merge_normalised(a, b):
+    _shapes_match(a, b)
+    m = torch.maximum(a[0], b[0])
+    safe = torch.nan_to_num(m, neginf=0.0)
+    l_a, l_b = a[1] * torch.exp(a[0] - safe), b[1] * torch.exp(b[0] - safe)
+    total = l_a + l_b
+    out = (a[2] * torch.exp(a[0] - safe) + b[2] * torch.exp(b[0] - safe)) / total  # "the output, as attention gives it"
+    return m, total, out
+
+
+def merge_nan_when_empty(a, b):
+    _shapes_match(a, b)
+    m = torch.maximum(a[0], b[0])
+    scale_a, scale_b = torch.exp(a[0] - m), torch.exp(b[0] - m)  # -inf - (-inf) is NaN
+    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
+
+
+def merge_from_the_minimum(a, b):
+    _shapes_match(a, b)
+    m = torch.minimum(a[0], b[0])  # "measure both from the same reference": the smaller one
+    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
+    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
+
+
+def merge_in_place(a, b):
+    _shapes_match(a, b)
+    m = torch.maximum(a[0], b[0])
+    safe = torch.nan_to_num(m, neginf=0.0)
+    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
+    l_a, o_a = a[1].mul_(scale_a), a[2].mul_(scale_a)  # rescales the first state where it lies
+    return m, l_a + b[1] * scale_b, o_a + b[2] * scale_b
+
+
+def merge_nan_hidden_after(a, b):
+    _shapes_match(a, b)
+    m = torch.maximum(a[0], b[0])
+    scale_a = torch.exp(a[0] - m).nan_to_num(0.0)  # NaN where both are empty, replaced: but not in the backward pass
+    scale_b = torch.exp(b[0] - m).nan_to_num(0.0)
+    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
+
+
+def merge_unchecked(a, b):
+    m = torch.maximum(a[0], b[0])  # states of other shapes broadcast, or fail in torch
+    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
+    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
+
+
+def merge_stacked(a: tuple[Tensor, Tensor, Tensor], b: tuple[Tensor, Tensor, Tensor]):
+    if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
+        raise ValueError(f"the states differ in shape: {[tuple(t.shape) for t in a]}, {[tuple(t.shape) for t in b]}")
+    m_both, l_both, o_both = (torch.stack(pair) for pair in zip(a, b, strict=True))  # (2, ..., T_q, ·)
+    m = m_both.amax(dim=0)
+    scale = torch.exp(m_both - torch.where(m == -math.inf, 0.0, m))  # (2, ..., T_q, 1)
+    return m, (l_both * scale).sum(dim=0), (o_both * scale).sum(dim=0)
+
+
+def merge_by_cases(a, b):
+    _shapes_match(a, b)
+    a_first = a[0] >= b[0]  # (..., T_q, 1): which state holds the larger maximum
+    big = [torch.where(a_first, x, y) for x, y in zip(a, b, strict=True)]
+    small = [torch.where(a_first, y, x) for x, y in zip(a, b, strict=True)]
+    shrink = torch.exp(small[0] - torch.where(torch.isinf(big[0]), 0.0, big[0]))
+    return big[0], big[1] + small[1] * shrink, big[2] + small[2] * shrink
 
 
 # ================================================================ online_softmax_attention
@@ -223,6 +400,66 @@ def online_blocks_averaged(q, k, v, mask=None, block_size=128):
     return sum(outs) / len(outs)
 
 
+def online_scales_q_in_place(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    q /= math.sqrt(q.shape[-1])  # scales the caller's q
+    state = None
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        m = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
+        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
+        state = block if state is None else merge_states(state, block)
+    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
+
+
+def online_nan_hidden_after(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    q = q / math.sqrt(q.shape[-1])
+    state = None
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        m = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
+        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
+        state = block if state is None else merge_states(state, block)
+    return torch.nan_to_num(state[2] / state[1], nan=0.0)  # 0 / 0 where a query sees nothing: NaN, replaced
+
+
+def online_with_bmm(q, k, v, mask=None, block_size=128):
+    mask = _prepare(q, k, mask, block_size)
+    q = q / math.sqrt(q.shape[-1])
+    state = None
+    for s in range(0, k.shape[-2], block_size):
+        scores = torch.bmm(q, k[:, s:s + block_size].transpose(1, 2))  # (B, T_q, d) @ (B, d, blk): three axes only
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        m = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
+        block = (m, p.sum(-1, keepdim=True), torch.bmm(p, v[:, s:s + block_size]))
+        state = block if state is None else merge_states(state, block)
+    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
+
+
+def online_blocks_of_64(q, k, v, mask=None, block_size=64):  # "64 fits in memory better"
+    mask = _prepare(q, k, mask, block_size)
+    q = q / math.sqrt(q.shape[-1])
+    state = None
+    for s in range(0, k.shape[-2], block_size):
+        scores = q @ k[..., s:s + block_size, :].mT
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
+        m = scores.amax(-1, keepdim=True)
+        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
+        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
+        state = block if state is None else merge_states(state, block)
+    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
+
+
 def online_with_split(q, k, v, mask=None, block_size=128):
     if block_size < 1 or q.shape[-1] != k.shape[-1]:
         raise ValueError(f"block_size={block_size}; d_k of q {tuple(q.shape)} and k {tuple(k.shape)}")
@@ -293,6 +530,50 @@ class CacheCountsCalls(_Cache):
         return k, v
 
 
+class CacheValuesReplaced(_Cache):
+    def update(self, layer, k, v):
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)  # the values are kept as they come
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class CacheOneList(_Cache):
+    def __init__(self, n_layers):
+        self.keys = self.values = [None] * n_layers  # one list under two names
+
+    def update(self, layer, k, v):
+        if self.keys[layer] is not None:
+            k = torch.cat([self.keys[layer], k], dim=-2)
+            v = torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
+class CacheReturnsNew(_Cache):
+    def update(self, layer, k, v):
+        old_k, old_v = self.keys[layer], self.values[layer]
+        self.keys[layer] = k if old_k is None else torch.cat([old_k, k], dim=-2)
+        self.values[layer] = v if old_v is None else torch.cat([old_v, v], dim=-2)
+        return k, v  # the new keys and values only
+
+
+class CacheEmptyTensors:
+    def __init__(self, n_layers):
+        self.keys = [torch.zeros(0) for _ in range(n_layers)]  # empty tensors, so that torch.cat needs no `if`
+        self.values = [torch.zeros(0) for _ in range(n_layers)]
+
+    @property
+    def length(self):
+        return self.keys[0].shape[-2] if self.keys[0].dim() > 1 else 0
+
+    def update(self, layer, k, v):
+        if self.keys[layer].dim() > 1:
+            k, v = torch.cat([self.keys[layer], k], dim=-2), torch.cat([self.values[layer], v], dim=-2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
 class CacheWithCounter:
     def __init__(self, n_layers: int) -> None:
         self.keys: list[Tensor | None] = []
@@ -319,20 +600,30 @@ class CacheWithCounter:
 
 
 class _GQA(nn.Module):
-    """The learner's ``__init__``, shared by the entries whose mistake is in ``forward``."""
+    """The learner's ``__init__``, shared by the entries whose mistake is in ``forward``; ``attend`` with dropout on
+    the weights."""
 
     def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
+        if d_model % n_heads or n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model}, n_kv_heads={n_kv_heads} n_heads")
         d_head = d_model // n_heads
         self.w_q = nn.Linear(d_model, d_model, bias=bias)
         self.w_k = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
         self.w_v = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
 
     def qkv(self, x):
         return (split_heads(self.w_q(x), self.n_heads), split_heads(self.w_k(x), self.n_kv_heads),
                 split_heads(self.w_v(x), self.n_kv_heads))
+
+    def attend(self, q, k, v, mask=None):
+        s = q @ k.mT / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        return self.dropout(s.softmax(dim=-1)) @ v
 
 
 class GQARepeat(_GQA):
@@ -342,7 +633,7 @@ class GQARepeat(_GQA):
             k, v = cache.update(layer, k, v)
         group = self.n_heads // self.n_kv_heads
         k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)  # tiles the heads: 0, 1, 0, 1
-        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+        return self.w_o(merge_heads(self.attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
 
 
 class GQANoCausalMask(_GQA):
@@ -352,7 +643,7 @@ class GQANoCausalMask(_GQA):
             k, v = cache.update(layer, k, v)
         group = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        return self.w_o(merge_heads(attend(q, k, v)))
+        return self.w_o(merge_heads(self.attend(q, k, v)))
 
 
 class GQAMaskWithoutOffset(_GQA):
@@ -362,7 +653,7 @@ class GQAMaskWithoutOffset(_GQA):
             k, v = cache.update(layer, k, v)
         group = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        return self.w_o(merge_heads(attend(q, k, v, causal_mask(x.shape[1]))))  # (T, T), not (T, T_cache + T)
+        return self.w_o(merge_heads(self.attend(q, k, v, causal_mask(x.shape[1]))))  # (T, T), not (T, T_cache + T)
 
 
 class GQACachesRepeatedHeads(_GQA):
@@ -372,17 +663,14 @@ class GQACachesRepeatedHeads(_GQA):
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         if cache is not None:
             k, v = cache.update(layer, k, v)  # n_heads heads cached: nothing saved
-        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+        return self.w_o(merge_heads(self.attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
 
 
-class GQAWideKeys(nn.Module):
+class GQAWideKeys(_GQA):
     def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
-        super().__init__()
-        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
-        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        super().__init__(d_model, n_heads, n_kv_heads, bias, dropout)
         self.w_k = nn.Linear(d_model, d_model, bias=bias)  # as wide as the queries
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
-        self.w_o = nn.Linear(d_model, d_model, bias=bias)
 
     def forward(self, x, cache=None, layer=0):
         q = split_heads(self.w_q(x), self.n_heads)
@@ -391,7 +679,7 @@ class GQAWideKeys(nn.Module):
             k, v = cache.update(layer, k, v)
         group = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-        return self.w_o(merge_heads(attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
+        return self.w_o(merge_heads(self.attend(q, k, v, causal_mask(q.shape[2], k.shape[2]))))
 
 
 class GQAGroupedBroadcast(_GQA):
@@ -401,7 +689,7 @@ class GQAGroupedBroadcast(_GQA):
             k, v = cache.update(layer, k, v)
         b, _, t, d = q.shape
         q = q.view(b, self.n_kv_heads, self.n_heads // self.n_kv_heads, t, d)
-        out = attend(q, k[:, :, None], v[:, :, None], causal_mask(t, k.shape[2]))  # broadcast over each group
+        out = self.attend(q, k[:, :, None], v[:, :, None], causal_mask(t, k.shape[2]))  # broadcast over each group
         return self.w_o(merge_heads(out.reshape(b, self.n_heads, t, d)))
 
 
@@ -411,8 +699,65 @@ class GQATorchSDPA(_GQA):
         if cache is not None:
             k, v = cache.update(layer, k, v)
         mask = causal_mask(q.shape[2], k.shape[2], device=x.device)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True,
+                                             dropout_p=self.dropout.p if self.training else 0.0)
         return self.w_o(merge_heads(out))
+
+
+class GQAOneKVHeadByDefault(_GQA):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
+        super().__init__(d_model, n_heads, n_kv_heads or 1, bias, dropout)  # "no n_kv_heads: multi-query"
+
+    def forward(self, x, cache=None, layer=0):
+        return GQAGroupedBroadcast.forward(self, x, cache, layer)
+
+
+class GQABiasIgnored(_GQA):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
+        super().__init__(d_model, n_heads, n_kv_heads, True, dropout)  # bias=True whatever was asked
+
+    def forward(self, x, cache=None, layer=0):
+        return GQAGroupedBroadcast.forward(self, x, cache, layer)
+
+
+class GQAUnchecked(_GQA):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True, dropout=0.0):
+        nn.Module.__init__(self)  # no check that the sizes divide
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads or n_heads
+        d_head = d_model // n_heads
+        self.w_q, self.w_o = nn.Linear(d_model, d_model, bias=bias), nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.w_v = nn.Linear(d_model, self.n_kv_heads * d_head, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, cache=None, layer=0):
+        return GQAGroupedBroadcast.forward(self, x, cache, layer)
+
+
+class GQADropoutAlways(_GQA):
+    def attend(self, q, k, v, mask=None):
+        s = q @ k.mT / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        return F.dropout(s.softmax(dim=-1), self.dropout.p) @ v  # F.dropout trains unless told otherwise
+
+    def forward(self, x, cache=None, layer=0):
+        return GQAGroupedBroadcast.forward(self, x, cache, layer)
+
+
+class GQAOnlineSoftmax(_GQA):
+    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
+        q, k, v = self.qkv(x)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        b, _, t, d = q.shape
+        q = q.view(b, self.n_kv_heads, self.n_heads // self.n_kv_heads, t, d)
+        mask = causal_mask(t, k.shape[2])
+        if self.training and self.dropout.p > 0:  # the online softmax has no weights to drop out
+            out = self.attend(q, k[:, :, None], v[:, :, None], mask)
+        else:
+            out = online_softmax_attention(q, k[:, :, None], v[:, :, None], mask, block_size=2)
+        return self.w_o(merge_heads(out.reshape(b, self.n_heads, t, d)))
 
 
 # ================================================================ GPTBlock
@@ -425,6 +770,13 @@ class _Block(nn.Module):
         self.attn = GroupedQueryAttention(d_model, n_heads, n_kv_heads, dropout=dropout)
         self.norm2 = nn.LayerNorm(d_model)
         self.ff = FeedForward(d_model, d_ff, dropout)
+        self.p = dropout
+
+
+class BlockDropoutAlways(_Block):
+    def forward(self, x, cache=None, layer=0):
+        x = x + F.dropout(self.attn(self.norm1(x), cache, layer), self.p)  # F.dropout trains unless told otherwise
+        return x + F.dropout(self.ff(self.norm2(x)), self.p)
 
 
 class BlockPostNorm(_Block):
@@ -472,11 +824,12 @@ class _GPT(nn.Module):
         self.pos_embed = nn.Embedding(config.max_len, config.d_model)
         nn.init.normal_(self.tok_embed.weight, std=0.02)
         nn.init.normal_(self.pos_embed.weight, std=0.02)
-        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff)
-                                    for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff,
+                                             config.dropout) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.out = nn.Linear(config.d_model, config.vocab, bias=False)
         self.out.weight = self.tok_embed.weight
+        self.dropout = nn.Dropout(config.dropout)
 
     def start(self, tokens, cache):
         start = 0 if cache is None else cache.length
@@ -485,6 +838,7 @@ class _GPT(nn.Module):
         return start
 
     def run(self, x, cache):
+        x = self.dropout(x)
         for i, block in enumerate(self.blocks):
             x = block(x, cache, i)
         return self.out(self.norm(x))
@@ -527,14 +881,62 @@ class GPTNoFinalNorm(_GPT):
         return self.out(x)
 
 
+class GPTNoLengthCheck(_GPT):
+    def forward(self, tokens, cache=None):
+        start = 0 if cache is None else cache.length  # past max_len, nn.Embedding raises IndexError
+        return self.run(self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
+class GPTDropoutAlways(_GPT):
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        x = self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1]))
+        return self.run(F.dropout(x, self.config.dropout), cache)  # F.dropout trains unless told otherwise
+
+
+class GPTBlocksInAList(_GPT):
+    def __init__(self, config):
+        super().__init__(config)
+        del self.blocks
+        self.blocks = [GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff, config.dropout)
+                       for _ in range(config.n_layers)]  # a Python list: model.parameters() never sees them
+
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        return self.run(self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
+class GPTFrozenPositions(_GPT):
+    def __init__(self, config):
+        super().__init__(config)
+        self.pos_embed = nn.Embedding.from_pretrained(torch.randn(config.max_len, config.d_model) * 0.02)  # frozen
+
+    def forward(self, tokens, cache=None):
+        start = self.start(tokens, cache)
+        return self.run(self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
+class GPTConfigNotKept(_GPT):
+    def __init__(self, config):
+        super().__init__(config)
+        del self.config
+        self.max_len = config.max_len  # only what forward reads
+
+    def forward(self, tokens, cache=None):
+        start = 0 if cache is None else cache.length
+        if start + tokens.shape[1] > self.max_len:
+            raise ValueError(f"{start} + {tokens.shape[1]} positions, max_len={self.max_len}")
+        return self.run(self.tok_embed(tokens) + self.pos_embed(torch.arange(start, start + tokens.shape[1])), cache)
+
+
 class GPTDefaultInit(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
         self.tok_embed = nn.Embedding(config.vocab, config.d_model)  # std 1, nn.Embedding's default
         self.pos_embed = nn.Embedding(config.max_len, config.d_model)
-        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff)
-                                    for _ in range(config.n_layers))
+        self.blocks = nn.ModuleList(GPTBlock(config.d_model, config.n_heads, config.n_kv_heads, config.d_ff,
+                                             config.dropout) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model)
         self.out = nn.Linear(config.d_model, config.vocab, bias=False)
         self.out.weight = self.tok_embed.weight
@@ -577,8 +979,15 @@ class GPTTiedTheOtherWay(nn.Module):
 # ================================================================ generate
 
 
+def _check_length(model, prompt, max_new_tokens):
+    """The check every generate answer here makes (they differ elsewhere)."""
+    if prompt.shape[1] + max_new_tokens > model.config.max_len:
+        raise ValueError(f"{prompt.shape[1]} + {max_new_tokens} > max_len={model.config.max_len}")
+
+
 def generate_without_prompt(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
                             top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
     was = model.training
     model.eval()
     with torch.no_grad():
@@ -595,6 +1004,7 @@ def generate_without_prompt(model, prompt, max_new_tokens, use_cache=True, tempe
 
 def generate_whole_sequence_with_cache(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
                                        top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
     was = model.training
     model.eval()
     with torch.no_grad():
@@ -610,6 +1020,7 @@ def generate_whole_sequence_with_cache(model, prompt, max_new_tokens, use_cache=
 
 def generate_ignores_use_cache(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
                                top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
     was = model.training
     model.eval()
     with torch.no_grad():
@@ -623,6 +1034,7 @@ def generate_ignores_use_cache(model, prompt, max_new_tokens, use_cache=True, te
 
 def generate_argmax(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None, top_p=None,
                     generator=None):
+    _check_length(model, prompt, max_new_tokens)
     was = model.training
     model.eval()
     with torch.no_grad():
@@ -638,6 +1050,7 @@ def generate_argmax(model, prompt, max_new_tokens, use_cache=True, temperature=1
 
 def generate_drops_generator(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
                              top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
     was = model.training
     model.eval()
     with torch.no_grad():
@@ -653,6 +1066,7 @@ def generate_drops_generator(model, prompt, max_new_tokens, use_cache=True, temp
 
 def generate_leaves_eval_mode(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
                               top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
     model.eval()
     with torch.no_grad():
         cache = KVCache(model.config.n_layers) if use_cache else None
@@ -661,6 +1075,79 @@ def generate_leaves_eval_mode(model, prompt, max_new_tokens, use_cache=True, tem
             logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
             token = sample_next(logits[:, -1], temperature, top_k, top_p, generator)
             tokens = torch.cat([tokens, token[:, None]], dim=1)
+    return tokens
+
+
+def generate_tracking_gradients(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                                top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
+    was = model.training
+    model.eval()  # no torch.no_grad(): every step keeps its graph
+    cache = KVCache(model.config.n_layers) if use_cache else None
+    tokens = prompt
+    for i in range(max_new_tokens):
+        logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+        token = sample_next(logits[:, -1].detach(), temperature, top_k, top_p, generator)
+        tokens = torch.cat([tokens, token[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+@torch.no_grad()
+def generate_back_to_training(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None,
+                              top_p=None, generator=None):
+    _check_length(model, prompt, max_new_tokens)
+    model.eval()
+    cache = KVCache(model.config.n_layers) if use_cache else None
+    tokens = prompt
+    for i in range(max_new_tokens):
+        logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+        tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, top_p, generator)[:, None]], dim=1)
+    model.train()  # "back to training", whatever mode it came in
+    return tokens
+
+
+@torch.no_grad()
+def generate_always_a_cache(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None, top_p=None,
+                            generator=None):
+    _check_length(model, prompt, max_new_tokens)
+    was = model.training
+    model.eval()
+    cache = KVCache(model.config.n_layers)  # made whether or not use_cache asks for one
+    tokens = prompt
+    for i in range(max_new_tokens):
+        logits = model(tokens[:, -1:] if use_cache and i else tokens, cache)
+        tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, top_p, generator)[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+@torch.no_grad()
+def generate_unchecked(model, prompt, max_new_tokens, use_cache=True, temperature=1.0, top_k=None, top_p=None,
+                       generator=None):
+    was = model.training  # no check of max_len: the model finds out, or not
+    model.eval()
+    cache = KVCache(model.config.n_layers) if use_cache else None
+    tokens = prompt
+    for i in range(max_new_tokens):
+        logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+        tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, top_p, generator)[:, None]], dim=1)
+    model.train(was)
+    return tokens
+
+
+@torch.no_grad()
+def generate_without_cache_by_default(model, prompt, max_new_tokens, use_cache=False, temperature=1.0, top_k=None,
+                                      top_p=None, generator=None):  # the default changed to False
+    _check_length(model, prompt, max_new_tokens)
+    was = model.training
+    model.eval()
+    cache = KVCache(model.config.n_layers) if use_cache else None
+    tokens = prompt
+    for i in range(max_new_tokens):
+        logits = model(tokens if i == 0 or cache is None else tokens[:, -1:], cache)
+        tokens = torch.cat([tokens, sample_next(logits[:, -1], temperature, top_k, top_p, generator)[:, None]], dim=1)
+    model.train(was)
     return tokens
 
 
@@ -728,6 +1215,33 @@ WRONG = [
           "sample_next_generator", also=("generator not passed on",)),
     Entry("sample_next", "temperature 0 divides by zero", sample_divides_by_zero, "temperature 0 divides by zero",
           "sample_next_greedy"),
+    Entry("sample_next", "a generator of its own by default", sample_own_generator, "generator=None not the global RNG",
+          "sample_next_generator"),
+    Entry("sample_next", "exactly k kept, ties dropped", sample_top_k_exactly_k, "top-k drops ties with the k-th",
+          "sample_next_top_k"),
+    Entry("sample_next", "k-th largest of shape (B,)", sample_threshold_without_keepdim, "threshold of another row",
+          "sample_next_top_k"),
+    Entry("sample_next", ".squeeze() on the draws", sample_squeezed, "batch axis squeezed away",
+          "sample_next_contract"),
+    Entry("sample_next", "logits /= temperature", sample_divides_in_place, "input modified in place",
+          "sample_next_contract"),
+    Entry("sample_next", "no argument checked", sample_unchecked, "no ValueError for bad arguments",
+          "sample_next_contract"),
+    Entry("merge_states", "sums added without rescaling", merge_without_rescaling, "states added without rescaling",
+          "merge_states_values"),
+    Entry("merge_states", "only the first state rescaled", merge_rescales_one_side, "only one side rescaled",
+          "merge_states_values"),
+    Entry("merge_states", "o divided by l", merge_normalised, "output normalised in the state", "merge_states_values"),
+    Entry("merge_states", "NaN when both are empty", merge_nan_when_empty, "NaN when both states are empty",
+          "merge_states_empty", also=("NaN gradient on empty states", "NaN on fully masked rows")),
+    Entry("merge_states", "measured from the minimum", merge_from_the_minimum, "minimum instead of maximum",
+          "merge_states_values"),
+    Entry("merge_states", "the first state rescaled in place", merge_in_place, "input modified in place",
+          "merge_states_contract"),
+    Entry("merge_states", "NaN replaced after the exponential", merge_nan_hidden_after, "NaN gradient on empty states",
+          "merge_states_contract"),
+    Entry("merge_states", "shapes not checked", merge_unchecked, "no ValueError for bad arguments",
+          "merge_states_contract"),
     Entry("online_softmax_attention", "no rescaling", online_no_rescale, "running sums not rescaled",
           "online_softmax_attention_values"),
     Entry("online_softmax_attention", "no 1/sqrt(d_k)", online_unscaled, "no scaling",
@@ -738,11 +1252,25 @@ WRONG = [
           "online_softmax_attention_blocks"),
     Entry("online_softmax_attention", "blocks averaged", online_blocks_averaged, "blocks normalised separately",
           "online_softmax_attention_values"),
+    Entry("online_softmax_attention", "q /= sqrt(d_k)", online_scales_q_in_place, "input modified in place",
+          "online_softmax_attention_contract"),
+    Entry("online_softmax_attention", "NaN of 0 / 0 replaced after the division", online_nan_hidden_after,
+          "NaN gradient on masked rows", "online_softmax_attention_contract"),
+    Entry("online_softmax_attention", "torch.bmm", online_with_bmm, "leading dimensions not broadcast",
+          "online_softmax_attention_values"),
+    Entry("online_softmax_attention", "blocks of 64 by default", online_blocks_of_64, "block_size default changed",
+          "online_softmax_attention_blocks"),
     Entry("KVCache", "overwrites", CacheOverwrites, "cache overwritten instead of appended", "KVCache_update",
           also=("cache not used", "cache not passed on")),
     Entry("KVCache", "new first", CacheNewFirst, "new keys put before the cached ones", "KVCache_update"),
     Entry("KVCache", "length counts updates", CacheCountsCalls, "length counts updates, not positions",
           "KVCache_length"),
+    Entry("KVCache", "values replaced, not appended", CacheValuesReplaced, "values not appended", "KVCache_update"),
+    Entry("KVCache", "self.keys = self.values = [...]", CacheOneList, "one list for keys and values", "KVCache_update"),
+    Entry("KVCache", "only the new keys returned", CacheReturnsNew, "only the new keys returned", "KVCache_update",
+          also=("cache not passed on",)),  # GPTBlock_cache's visible check runs on the learner's cache
+    Entry("KVCache", "empty tensors before the first update", CacheEmptyTensors,
+          "entries not None before the first update", "KVCache_update"),
     Entry("GroupedQueryAttention", "repeat instead of repeat_interleave", GQARepeat,
           "repeat instead of repeat_interleave", "GroupedQueryAttention_forward"),
     Entry("GroupedQueryAttention", "no causal mask", GQANoCausalMask, "no causal mask",
@@ -753,6 +1281,14 @@ WRONG = [
           "GroupedQueryAttention_cache"),
     Entry("GroupedQueryAttention", "w_k and w_v as wide as w_q", GQAWideKeys, "w_k and w_v of width d_model",
           "GroupedQueryAttention_projections"),
+    Entry("GroupedQueryAttention", "n_kv_heads or 1", GQAOneKVHeadByDefault, "n_kv_heads=None not taken as n_heads",
+          "GroupedQueryAttention_projections"),
+    Entry("GroupedQueryAttention", "bias always on", GQABiasIgnored, "bias argument ignored",
+          "GroupedQueryAttention_projections"),
+    Entry("GroupedQueryAttention", "sizes not checked", GQAUnchecked, "no ValueError for bad arguments",
+          "GroupedQueryAttention_projections"),
+    Entry("GroupedQueryAttention", "F.dropout on the weights", GQADropoutAlways, "dropout applied in eval mode",
+          "GroupedQueryAttention_dropout"),
     Entry("GPTBlock", "post-norm", BlockPostNorm, "post-norm instead of pre-norm", "GPTBlock_forward"),
     Entry("GPTBlock", "no residual around the feed-forward network", BlockNoFFResidual,
           "residual missing around the feed-forward network", "GPTBlock_forward"),
@@ -760,13 +1296,23 @@ WRONG = [
           "GPTBlock_cache"),
     Entry("GPTBlock", "layer not passed to the attention", BlockLayerNotPassed, "layer argument ignored",
           "GPTBlock_cache"),
+    Entry("GPTBlock", "F.dropout on the residual branches", BlockDropoutAlways, "dropout applied in eval mode",
+          "GPTBlock_forward"),
     Entry("GPT", "positions restart with a cache", GPTPositionsRestart, "positions restart at 0 with a cache",
           "GPT_cache"),
     Entry("GPT", "embeddings scaled by sqrt(d_model)", GPTScaledEmbeddings, "embeddings scaled by √d_model",
           "GPT_forward"),
     Entry("GPT", "untied output layer", GPTUntied, "untied output layer", "GPT_parts"),
     Entry("GPT", "no final LayerNorm", GPTNoFinalNorm, "missing final LayerNorm", "GPT_forward"),
-    Entry("GPT", "embeddings at nn.Embedding's default", GPTDefaultInit, "embeddings left at std 1", "GPT_learns"),
+    Entry("GPT", "embeddings at nn.Embedding's default", GPTDefaultInit, "embeddings left at std 1", "GPT_trains"),
+    Entry("GPT", "nn.Embedding's IndexError past max_len", GPTNoLengthCheck, "no ValueError for bad arguments",
+          "GPT_cache"),
+    Entry("GPT", "F.dropout on the embeddings", GPTDropoutAlways, "dropout applied in eval mode", "GPT_forward"),
+    Entry("GPT", "blocks in a Python list", GPTBlocksInAList, "blocks not registered", "GPT_parts",
+          also=("dropout applied in eval mode",)),  # model.eval() never reaches blocks it does not know
+    Entry("GPT", "positions from nn.Embedding.from_pretrained", GPTFrozenPositions, "parameters not trained",
+          "GPT_copies"),
+    Entry("GPT", "config not kept", GPTConfigNotKept, "config not kept", "GPT_parts"),
     Entry("generate", "prompt dropped", generate_without_prompt, "prompt dropped", "generate_tokens"),
     Entry("generate", "whole sequence with a cache", generate_whole_sequence_with_cache,
           "whole sequence fed with a cache", "generate_cache"),
@@ -777,6 +1323,15 @@ WRONG = [
           "generate_sampling"),
     Entry("generate", "left in eval mode", generate_leaves_eval_mode, "training mode not restored",
           "generate_tokens"),
+    Entry("generate", "no torch.no_grad()", generate_tracking_gradients, "gradients tracked while generating",
+          "generate_tokens"),
+    Entry("generate", "model.train() at the end", generate_back_to_training, "mode forced to training",
+          "generate_tokens"),
+    Entry("generate", "a cache even without use_cache", generate_always_a_cache, "cache used without use_cache",
+          "generate_tokens"),
+    Entry("generate", "max_len not checked", generate_unchecked, "no ValueError for bad arguments", "generate_tokens"),
+    Entry("generate", "use_cache=False by default", generate_without_cache_by_default, "use_cache ignored",
+          "generate_cache"),
     Entry("kv_cache_elements", "only the keys", kv_elements_keys_only, "only the keys counted",
           "kv_cache_elements_answer"),
     Entry("kv_cache_elements", "every query head's keys", kv_elements_all_heads, "n_heads instead of n_kv_heads",
@@ -789,11 +1344,14 @@ WRONG = [
 
 CORRECT = [
     Entry("sample_next", "draws in sorted order", sample_in_sorted_order),
+    Entry("merge_states", "the larger and the smaller state, by torch.where", merge_by_cases),
+    Entry("merge_states", "both states stacked", merge_stacked),
     Entry("sample_next", "inverse CDF with torch.rand", sample_with_inverse_cdf),
     Entry("online_softmax_attention", "split, einsum and torch.where", online_with_split),
     Entry("KVCache", "a length counter", CacheWithCounter),
     Entry("GroupedQueryAttention", "query groups broadcast over one key/value head", GQAGroupedBroadcast),
     Entry("GroupedQueryAttention", "F.scaled_dot_product_attention with enable_gqa", GQATorchSDPA),
+    Entry("GroupedQueryAttention", "heads by online_softmax_attention where dropout is off", GQAOnlineSoftmax),
     Entry("GPTBlock", "a loop over (norm, sublayer)", BlockWithSublayers),
     Entry("GPT", "tied from the output side, positions as a buffer", GPTTiedTheOtherWay),
     Entry("generate", "prefill, then a loop, inference_mode", generate_prefill_then_loop),
