@@ -48,6 +48,7 @@ from autograder.checks.core import (
     linear_facts,
     load_layer_norm,
     observe_contract,
+    odd_tensor,
     plain,
     probe_answers,
     register,
@@ -535,13 +536,19 @@ GQA_FORWARD = declare(Check("GroupedQueryAttention_forward", [
 ], call=_gqa_forward))
 
 
-def in_chunks(module: Any, x: Tensor, chunks: tuple[int, ...], cache: ProbeCache, *layer: int) -> Tensor:
+def in_chunks(module: Any, x: Tensor, chunks: tuple[int, ...], cache: ProbeCache, width: int, *layer: int) -> Tensor:
     """Feed ``x`` (or token ids) to ``module`` chunk by chunk through ``cache`` (as entry ``layer``, for one
-    attention or block), without gradients: the outputs of every chunk, side by side."""
+    attention or block), without gradients: the outputs of every chunk, side by side. A chunk of ``t`` positions
+    must give a tensor ``(B, t, width)`` with numbers to keep; anything else is a :class:`WrongOutput`."""
     outs, start = [], 0
     with torch.no_grad():
         for t in chunks:
-            outs.append(module(x[:, start:start + t].clone(), cache, *layer))
+            out = module(x[:, start:start + t].clone(), cache, *layer)
+            want = (x.shape[0], t, width)
+            if not (isinstance(out, Tensor) and tuple(out.shape) == want and odd_tensor(out) is None):
+                raise WrongOutput(f"the chunk of positions {start}..{start + t - 1} gave {describe_value(out)}, "
+                                  f"expected a tensor of shape {want}")
+            outs.append(out)
             start += t
     return torch.cat(outs, dim=1)
 
@@ -554,7 +561,7 @@ def key_shapes(cache: ProbeCache) -> tuple:
 def _gqa_cached(student: Any, case: AttnCase) -> tuple:
     """(the outputs of every chunk, side by side; the shape of the keys cached for each layer)."""
     cache = ProbeCache(2)
-    return in_chunks(build_attention(student, case), case.x, case.chunks, cache, 1), key_shapes(cache)
+    return in_chunks(build_attention(student, case), case.x, case.chunks, cache, case.d, 1), key_shapes(cache)
 
 
 GQA_CACHE = declare(Check("GroupedQueryAttention_cache", [
@@ -649,7 +656,7 @@ def _block_forward(student: Any, case: BlockCase) -> Any:
 
 def _block_cached(student: Any, case: BlockCase) -> tuple:
     cache = ProbeCache(3)
-    return in_chunks(build_block(student, case), case.x, case.chunks, cache, 2), key_shapes(cache)
+    return in_chunks(build_block(student, case), case.x, case.chunks, cache, case.d, 2), key_shapes(cache)
 
 
 def twice_in_training(module: Any, x: Tensor) -> tuple[Any, Any]:
@@ -786,7 +793,7 @@ register(MODEL_FORWARD.id, lambda student: {**MODEL_FORWARD.probe(student),
 
 def _model_cached(student: Any, case: ModelCase) -> Any:
     model = load_model(student(case.config), case.config, case.seed)
-    return in_chunks(model, case.tokens, case.chunks, ProbeCache(case.config.n_layers))
+    return in_chunks(model, case.tokens, case.chunks, ProbeCache(case.config.n_layers), case.config.vocab)
 
 
 MODEL_CACHE = Check("GPT_cache", [

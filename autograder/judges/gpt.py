@@ -74,12 +74,12 @@ from autograder.checks.gpt import (
     attention_weights,
     build_attention,
     build_block,
-    describe_value,
     load_model,
 )
 from autograder.judges.core import (
     Compare,
     Suspect,
+    describe,
     judge,
     judge_answers,
     judge_cases,
@@ -216,7 +216,7 @@ def _judge_square(got: Any, option: str) -> None:
         raise Mistake(_describe(got, what))
     expected = SQUARE_ROWS.argmax(dim=-1)
     if not isinstance(got, Tensor) or tuple(got.shape) != (8,):
-        raise Mistake(_unnamed(f"{what} should return 8 token ids, one per row; got {describe_value(got)}"))
+        raise Mistake(_unnamed(f"{what} should return 8 token ids, one per row; got {describe(got)}"))
     if torch.equal(got.long(), expected):
         return
     raise Mistake(f"{what} gave {got.tolist()}, expected each row's most likely token, {expected.tolist()}: a row's "
@@ -253,7 +253,7 @@ def _judge_greedy(obs: Observations) -> None:
                           "temperature 0 divides by zero" if about_zero else None)
         expected = GREEDY_ROWS.argmax(dim=-1)
         if not isinstance(got, Tensor) or tuple(got.shape) != (5,):
-            raise Mistake(_unnamed(f"{what} should return 5 token ids, one per row; got {describe_value(got)}"))
+            raise Mistake(_unnamed(f"{what} should return 5 token ids, one per row; got {describe(got)}"))
         if not torch.equal(got.long(), expected):
             raise Mistake(f"{what} gave {got.tolist()}, expected the argmax of each row, {expected.tolist()} — "
                           f"temperature 0 is greedy decoding, no draw, whatever the filters")
@@ -269,7 +269,7 @@ def _judge_generator(obs: Observations) -> None:
         raise Mistake(_describe(got, what))
     first, again, other = got["first"], got["again"], got["other"]
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in (first, again, other)):
-        raise Mistake(_unnamed(f"{what} should return 40 token ids, one per row; got {describe_value(first)}"))
+        raise Mistake(_unnamed(f"{what} should return 40 token ids, one per row; got {describe(first)}"))
     if got["global_used"]:
         raise Mistake(f"{what} drew from PyTorch's global random state instead of the generator it was given: pass "
                       f"generator=generator to torch.multinomial, so that the same generator state gives the same "
@@ -284,7 +284,7 @@ def _judge_generator(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(_describe(got, what))
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in got):
-        raise Mistake(_unnamed(f"{what} should return 40 token ids; got {describe_value(got[0])}"))
+        raise Mistake(_unnamed(f"{what} should return 40 token ids; got {describe(got[0])}"))
     if not torch.equal(got[0], got[1]) or torch.equal(got[0], got[2]):
         raise Mistake(f"{what}: the same global seed should give the same tokens and another seed others — "
                       f"generator=None means PyTorch's global random state: pass generator=generator on as it is",
@@ -301,7 +301,7 @@ def _judge_sample_contract(obs: Observations) -> None:
         raise Mistake(_describe(got, what))
     if not isinstance(got, Tensor) or tuple(got.shape) != (1,) or got.dtype != torch.int64:
         squeezed = isinstance(got, Tensor) and got.dim() == 0
-        raise Mistake(f"{what} returned {describe_value(got)}, not a LongTensor of shape (1,): one token id per row, "
+        raise Mistake(f"{what} returned {describe(got)}, not a LongTensor of shape (1,): one token id per row, "
                       f"even for one row" + (" — `.squeeze()` takes the batch axis away too: take the draws' column "
                                              "with `[:, 0]` or `.squeeze(-1)`" if squeezed else ""),
                       "batch axis squeezed away" if squeezed else None)
@@ -379,7 +379,7 @@ def _judge_merged(got: Any, expected: tuple, what: str, suspects: list[tuple[str
     if got is None:
         raise Mistake(f"{what} returned None — return the merged state, a tuple (m, l, o)", NO_RETURN)
     if not (isinstance(got, tuple) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
-        raise Mistake(_unnamed(f"{what} should return three tensors (m, l, o); got {describe_value(got)}"))
+        raise Mistake(_unnamed(f"{what} should return three tensors (m, l, o); got {describe(got)}"))
     if all(_close_state(g, e) for g, e in zip(got, expected, strict=True)):
         return
     for message, name, candidate in suspects:
@@ -424,7 +424,7 @@ def _judge_merge_check(check: Any) -> Callable[[Observations], None]:
         if isinstance(got, Raised):
             raise Mistake(_describe(got, what))
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise Mistake(_unnamed(f"{what}: each grouping should give a state; got {describe_value(got)}"))
+            raise Mistake(_unnamed(f"{what}: each grouping should give a state; got {describe(got)}"))
         _judge_merged(got[0], expected[0], f"{what}: (a + b) + c", _merge_suspects(*states))
         _judge_merged(got[1], expected[1], f"{what}: a + (b + c)", [])
 
@@ -672,7 +672,7 @@ def _judge_cache_update(obs: Observations) -> None:
         if isinstance(got, Raised):
             raise Mistake(_describe(got, what))
         if not (isinstance(got, tuple) and len(got) == 4):  # the probe's own record: (returned, keys, values, shared)
-            raise Mistake(_unnamed(f"{what}: the cache could not be read; got {describe_value(got)}"))
+            raise Mistake(_unnamed(f"{what}: the cache could not be read; got {describe(got)}"))
         returned, keys, values, shared = got
         if any(r is None for r in returned):
             raise Mistake(f"{what}: update returned None — return the layer's keys and values, everything "
@@ -739,6 +739,10 @@ def _judge_length(obs: Observations) -> None:
         summed.append(sum(seen))
         last.append(seen[-1])
     got = list(got)
+    odd = next((n for n in got if not isinstance(n, (int, float)) and not (isinstance(n, Tensor) and n.dim() == 0)),
+               None)
+    if odd is not None:
+        raise Mistake(_unnamed(f"{what} should be an int, the number of positions cached; got {describe(odd)}"))
     if got == positions:
         return
     for wrong, message, name in (
@@ -917,13 +921,13 @@ def _judge_gqa_dropout(obs: Observations) -> None:
         raise Mistake(_describe(none, call.replace(f"dropout={p_drop}", "dropout=0.0")))
     if not isinstance(none, Tensor) or tuple(none.shape) != tuple(case.x.shape):
         raise Mistake(_unnamed(f"{call} should return (B, T, d_model) = {tuple(case.x.shape)}; got "
-                               f"{describe_value(none)}"))
+                               f"{describe(none)}"))
     for key, mode in (("eval", "eval"), ("train", "training")):
         if isinstance(obs[key], Raised):
             raise Mistake(_describe(obs[key], f"{call} in {mode} mode"))
         if not isinstance(obs[key], Tensor) or obs[key].shape != none.shape:
             raise Mistake(_unnamed(f"{call} in {mode} mode should return {tuple(none.shape)}; got "
-                                   f"{describe_value(obs[key])}"))
+                                   f"{describe(obs[key])}"))
     if not torch.allclose(obs["eval"], none, atol=1e-5, rtol=1e-4):
         raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0: dropout acts in training "
                       f"mode only — use an nn.Dropout module, or F.dropout(..., training=self.training)",
@@ -1004,7 +1008,7 @@ def with_dropout(compare: Compare, dropout: Callable[..., float], training: Any)
         if isinstance(got, Raised):
             raise Mistake(_describe(got, what))
         if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
-            raise Mistake(_unnamed(f"{what} should return a tensor; got {describe_value(got)}"))
+            raise Mistake(_unnamed(f"{what} should return a tensor; got {describe(got)}"))
         if got[0].shape == got[1].shape and torch.equal(got[0], got[1]):
             raise Mistake(f"{what} gave the same output under two random seeds: the dropout it was given never acts "
                           f"— pass it on (nn.Dropout(dropout), and dropout= to the parts that take it)",
@@ -1237,7 +1241,7 @@ def _judge_copies(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(_describe(got, what))
     if not isinstance(got, Tensor) or tuple(got.shape) != (len(COPIES_EVAL), COPY_LENGTH):
-        raise Mistake(_unnamed(f"{what}: the copies could not be read; got {describe_value(got)}"))
+        raise Mistake(_unnamed(f"{what}: the copies could not be read; got {describe(got)}"))
     copied = float((got == COPIES_EVAL[:, :COPY_LENGTH]).double().mean())
     if copied >= COPIES_AT_LEAST:
         return
@@ -1296,7 +1300,7 @@ def _judge_tokens_of(got: Any, case: GenerateCase) -> dict[str, Any]:
     expected = _expected_tokens(case)
     if not isinstance(out, Tensor) or out.dim() != 2:
         raise Mistake(_unnamed(f"{what} should return a (B, T0 + max_new_tokens) tensor of token ids; got "
-                               f"{describe_value(out)}"))
+                               f"{describe(out)}"))
     if out.shape == expected.shape and out.dtype != torch.int64:
         raise Mistake(f"{what} returned {out.dtype} — token ids are a LongTensor (int64)", "token ids not int64")
     return {"what": what, "out": out, "expected": expected}
@@ -1345,6 +1349,8 @@ def _judge_generate_cache(obs: Observations) -> None:
         found = _judge_tokens_of(got, case)
         what, out, expected = found["what"], found["out"], found["expected"]
         t0, calls = len(case.prompt[0]), [tuple(c) for c in got["calls"]]
+        if not calls:
+            raise Mistake(f"{what} never called the model; it returned {describe(out)}")
         wanted = [(t0, 0)] + [(1, t0 + i) for i in range(case.new - 1)]
         if calls != wanted:
             fed = ", ".join(f"{t} tokens" + ("" if c is None else f" on a cache of {c}") for t, c in calls[:5])
