@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import io
 import json
+import re
 import shutil
 import sys
 import traceback
@@ -66,6 +67,27 @@ def exercise_of(grade_id: str, exercises: list[str]) -> str:
 def reference_objects(assignment: str) -> dict[str, Any]:
     module = importlib.import_module(ASSIGNMENTS[assignment][1])
     return {name: getattr(module, name) for name in exercise_names(assignment)}
+
+
+def checked_objects(assignment: str) -> dict[str, Any]:
+    """Check id -> the object the source notebook's test cell gives its hidden check: the reference's exercise, or
+    what the cell's code before its hidden checks made of the references (Chapter 7's trained model), that code run
+    as the notebook runs it, after its set-up cell."""
+    reference = importlib.import_module(ASSIGNMENTS[assignment][1])
+    nb = nbformat.read(source_notebook(assignment), 4)
+    made: dict[str, Any] = {}
+    found = {}
+    for cell in graded_cells(nb):
+        before = cell.source.split("### BEGIN HIDDEN TESTS")[0]
+        if before.strip():
+            if not made:
+                setup = next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup")
+                exec(setup.source, made)  # noqa: S102
+                made.update(reference_objects(assignment))
+            exec(before, made)  # noqa: S102
+        for check, name in re.findall(r'run_check\(\s*"([^"]+)",\s*(\w+)\s*\)', cell.source):
+            found[check] = made[name] if name in made else getattr(reference, name)
+    return found
 
 
 def notebook_answers(assignment: str) -> dict[str, Any]:

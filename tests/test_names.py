@@ -15,9 +15,8 @@ import re
 import warnings
 from pathlib import Path
 
-import nbformat
 import pytest
-from notebook_grading import ASSIGNMENTS, graded_cells, nbgrader_meta, reference_objects, source_notebook
+from notebook_grading import ASSIGNMENTS, checked_objects
 
 from attention_course.testing import CheckFailed, fail, mistake_name, named
 from autograder import grading, reports
@@ -114,27 +113,10 @@ def test_no_judge_writes_a_name_into_its_message() -> None:
 
 
 def _reference_runs() -> list[tuple[str, str, object]]:
-    """(assignment, check id, the object it checks) for every hidden check the source notebooks run: the reference's
-    exercise, or what a test cell's code before its hidden checks made of the references (Chapter 7's trained
-    model), that code run as the notebook runs it, after its set-up cell."""
-    import importlib
-
-    runs = []
-    for assignment, (_, module) in ASSIGNMENTS.items():
-        reference = importlib.import_module(module)
-        nb = nbformat.read(source_notebook(assignment), 4)
-        made: dict = {}
-        for cell in graded_cells(nb):
-            before = cell.source.split("### BEGIN HIDDEN TESTS")[0]
-            if before.strip():
-                if not made:
-                    setup = next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup")
-                    exec(setup.source, made)  # noqa: S102
-                    made.update(reference_objects(assignment))
-                exec(before, made)  # noqa: S102
-            for check, name in re.findall(r'run_check\(\s*"([^"]+)",\s*(\w+)\s*\)', cell.source):
-                runs.append((assignment, check, made[name] if name in made else getattr(reference, name)))
-    return runs
+    """(assignment, check id, the object it checks) for every hidden check the source notebooks run
+    (:func:`notebook_grading.checked_objects`)."""
+    return [(assignment, check, obj) for assignment in ASSIGNMENTS
+            for check, obj in checked_objects(assignment).items()]
 
 
 def test_every_judge_builds_named_suspects_on_the_reference(monkeypatch) -> None:

@@ -6,8 +6,10 @@ covered without a change here), the learner's exercise is replaced by a stand-in
 any arguments; for a class, a *bare* one (an ``nn.Module`` where the reference is one) whose constructor takes
 anything and whose methods, properties and other attributes give the value, and the reference class *built* as
 it builds, with its own methods and properties giving the value, so that the probes load their weights and reach
-what it returns. The check runs as the grader runs it, in-process (probe, ``encode``, a JSON round trip,
-``judge_recorded``), and must
+what it returns. A check that is given what its cell's code made of the exercise (Chapter 7's trained model,
+:func:`notebook_grading.checked_objects`) gets the same, made: a bare instance, or a copy of what the cell made of
+the reference with its methods and properties giving the value. The check runs as the grader runs it, in-process
+(probe, ``encode``, a JSON round trip, ``judge_recorded``), and must
 
 - probe without raising, and record observations that encode;
 - fail the answer with a :class:`Mistake` that a judge raised on purpose: never ``RecordMismatch`` (the grader
@@ -23,20 +25,21 @@ what it returns. The check runs as the grader runs it, in-process (probe, ``enco
 from __future__ import annotations
 
 import builtins
+import copy
+import functools
 import importlib
 import json
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
-from notebook_grading import exercise_of
+from notebook_grading import checked_objects, exercise_of
 from torch import Tensor, nn
 
 from attention_course.testing import answer_value
-from attention_course.text import CharCorpus
 from autograder.chapters import CHAPTERS
 from autograder.checks import core as checks
 from autograder.checks.core import Mistake
@@ -125,7 +128,21 @@ def stand_in(kind: str, reference: Any, make: Callable[[], Any]) -> Any:
     return {"function": lambda _, make: _returning(make), "bare": bare, "built": built}[kind](reference, make)
 
 
+def made_stand_in(kind: str, made: Any, make: Callable[[], Any]) -> Any:
+    """The stand-in for a check that is given what its cell's code made of the exercise (Chapter 7's trained model),
+    not the exercise: a bare instance, or a copy of what the cell made of the reference (trained, its parts there)
+    whose methods and properties give the value."""
+    if kind == "bare":
+        return bare(type(made), make)()
+    found = copy.copy(made)
+    found.__class__ = built(type(made), make)
+    return found
+
+
 REFERENCES = {chapter.module: importlib.import_module(chapter.reference) for chapter in CHAPTERS}
+ASSIGNMENT_OF = {chapter.module: chapter.assignment for chapter in CHAPTERS}
+#: assignment -> {check id: the object its test cell gives it}, each notebook's read (and its cells run) once
+checked = functools.cache(checked_objects)
 OWNERS = checks.index()  # check id -> autograder.checks.<module>
 
 
@@ -153,7 +170,9 @@ def verdict(check_id: str, exercise: str, kind: str, value: str) -> Mistake | No
     """The Mistake that the check ``check_id`` gives the stand-in of ``kind`` returning ``value``, as the grader
     judges it (probe, encode, JSON, judge_recorded); None when it passes. Anything else propagates."""
     module = OWNERS[check_id].rsplit(".", 1)[1]
-    student = stand_in(kind, getattr(REFERENCES[module], exercise), VALUES[value][0])
+    reference, given = getattr(REFERENCES[module], exercise), checked(ASSIGNMENT_OF[module])[check_id]
+    student = (stand_in(kind, reference, VALUES[value][0]) if given is reference
+               else made_stand_in(kind, given, VALUES[value][0]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         observations = checks.get(check_id)(student)
@@ -198,16 +217,6 @@ def _tells(value: str) -> tuple[str, ...]:
         except Exception:  # not a tensor, or one without numbers to read
             pass
     return tuple(found)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_corpus() -> Iterator[None]:
-    """Chapter 7's training check builds the corpus of Python's help pages on every run (0.7 s, the same text
-    every time): here it is built once."""
-    corpus = CharCorpus.python_help()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(CharCorpus, "python_help", classmethod(lambda cls, held_out_share=0.1: corpus))
-        yield
 
 
 def test_every_chapter_has_checks_to_fuzz() -> None:
