@@ -58,10 +58,8 @@ def seeded_maps(*shape: int, seed: int, causal: bool = True, dtype: torch.dtype 
     """Seeded attention maps ``shape = (..., T_q, T_k)``: softmax rows of scores spread over a few units, with the
     keys after each query masked (weight exactly 0) when ``causal``."""
     scores = seeded(*shape, seed=seed, dtype=dtype, scale=2.0)
-    if causal:
-        t_q, t_k = shape[-2:]
-        future = torch.ones(t_q, t_k, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(future, float("-inf"))
+    if causal:  # key j > query i: weight exactly 0
+        scores = scores.masked_fill(torch.ones(shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     return scores.softmax(dim=-1)
 
 
@@ -211,8 +209,8 @@ REPEAT_VALUES = declare(Check("repeat_loss_values", [  # (tokens, period)
     (_tokens(4, 6, 8, seed=1603), 6),  # T = P + 2: one target per sequence
 ], call=_loss_twice))
 REPEAT_ABLATED = declare(Check("repeat_loss_ablated", [  # (tokens, period, layer, head, mean)
-    (_tokens(3, 6, 12, seed=1611), 6, 1, 2, None),
-    (_tokens(2, 5, 14, seed=1612), 5, 0, 0, None),
+    (_tokens(3, 6, 12, seed=1611), 6, 0, 2, None),  # first: a layer-0 head reaches every scored position
+    (_tokens(2, 5, 14, seed=1612), 5, 1, 0, None),
     (_tokens(3, 6, 12, seed=1613), 6, 1, 1, seeded(12, 4, seed=1614)),  # mean ablation, (T, d_head)
 ], call=_loss_twice))
 

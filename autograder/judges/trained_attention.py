@@ -55,7 +55,7 @@ HOOK_LEFT = "hook left registered"
 
 
 def _shape(x: Tensor) -> str:
-    return str(tuple(x.shape))
+    return f"{tuple(x.shape)}"
 
 
 def _keeps_dtype(out: Any, what: str, weights: Tensor, *rest: Any) -> None:
@@ -281,7 +281,8 @@ def _repeat_suspects(tokens: Tensor, period: int, layer: int | None = None, head
                 "ablate_head(z, head, mean) (a hook's return value replaces the module's output), before running "
                 "the model", "ablation not applied", lambda: _loss(_eval_logits(tokens), tokens, period + 1)),
         *([] if mean is None else [Suspect(
-            "the head was zeroed although `mean` was given: pass `mean` on to ablate_head", "mean not passed on",
+            "the head was zeroed although `mean` was given: pass `mean` on to ablate_head (and let ablate_head use "
+            "it)", "mean not passed on",
             lambda: _loss(_eval_logits(tokens, layer, head), tokens, period + 1))]),
         *suspects,
     ]
