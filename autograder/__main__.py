@@ -103,6 +103,10 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if use_sandbox is None:
         return 2
     out = args.out or Path("grades") / args.assignment
+    unwritable = _unwritable(out)
+    if unwritable:  # before any grading: a class's worth of work must not be lost at the end
+        parser.error(f"cannot write the grades to {out}: {unwritable}; pass --out DIR with a folder you can write "
+                     "to (a read-only checkout of the course grades fine that way)")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
         scratch_path = Path(scratch)
@@ -138,7 +142,7 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for result in results:
         reports.write_feedback(result, out / "feedback")
     reports.write_report(results, out / "report.html")
-    gradebook = args.gradebook or f"sqlite:///{COURSE_ROOT / 'gradebook.db'}"
+    gradebook = args.gradebook or _default_gradebook(out)
     reports.write_gradebook(results, settings.notebook_name, json.loads(settings.release.read_text()), gradebook)
     now = time.monotonic()
     spent = grading.timings(results, load_seconds, now - writing, now - started)
@@ -151,6 +155,27 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
           + f"; mean {mean:.1f} / {maximum:g}" + (f" ({len(reused)} reused from {store.folder})" if reused else "")
           + f"\ngrades: {out / 'grades.csv'}   feedback: {out / 'feedback'}   report: {out / 'report.html'}")
     return 0
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written to (None when it can): a file made and removed there."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def _default_gradebook(out: Path) -> str:
+    """nbgrader's gradebook in ``autograder/`` (where ``nbgrader export`` finds it), or beside the grades when the
+    course's folder is read-only."""
+    if _unwritable(COURSE_ROOT) is None:
+        return f"sqlite:///{COURSE_ROOT / 'gradebook.db'}"
+    print(f"note: {COURSE_ROOT} is read-only, so nbgrader's gradebook is written to {out / 'gradebook.db'} "
+          "(pass --gradebook URL to choose)", file=sys.stderr, flush=True)
+    return f"sqlite:///{out.resolve() / 'gradebook.db'}"
 
 
 def _dry_run(args: argparse.Namespace, out: Path, previous: dict, results: list) -> int:

@@ -15,8 +15,11 @@ For each submission:
 3. **Run** it in the sandbox (:mod:`autograder.sandbox`); the hidden checks
    only *probe* there, writing plain observations.
 4. **Judge** in this trusted process: each test cell's points come from the
-   reference's verdict on the observations recorded while that cell ran —
-   never from whether the cell raised inside the learner's kernel.
+   reference's verdict on the observations recorded while that cell ran, so
+   nothing the learner's code does inside the sandbox can earn a point; a
+   cell whose hidden check passed then keeps its points only if the whole
+   cell ran as ``nbgrader autograde`` would score it (no error in a visible
+   assert, nothing on stderr), so that both give every cell the same points.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import nbformat
 
+from attention_course.testing import mistake_name
 from autograder import sandbox
 from autograder.chapters import chapter
 from autograder.checks.core import Mistake
@@ -103,6 +107,9 @@ class Result:
     cells: dict[str, CellResult] = field(default_factory=dict)
     #: seconds per phase (see ``PHASES``): the batch summary and the benchmark add them up
     timings: dict[str, float] = field(default_factory=dict)
+    #: what went wrong while the notebook ran, outside the test cells' verdicts: the first errors of other cells
+    #: and the tail of its stderr (the preflight and selftest show them when the instructor's answers fall short)
+    diagnostics: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -208,20 +215,11 @@ def read_student_notebook(path: Path, raw: bytes | None = None) -> dict:
     return data
 
 
-HIDDEN_END = "### END HIDDEN TESTS"
-
-
-def hidden_part(test_cell: str) -> str:
-    """A test cell's source up to the end of its hidden region. The visible asserts after it are the learner's
-    aid and decide nothing here (a cell's points come from its hidden check's record), so the grader does not
-    spend time on them: in Chapter 6 they train models, and they were more than half of a notebook's run."""
-    return test_cell[:test_cell.index(HIDDEN_END) + len(HIDDEN_END)] + "\n"
-
-
 def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str]]:
     """The notebook to run: ``source`` with the learner's answers (else the release's stubs) in its
-    solution cells, and its test cells cut to their hidden checks (:func:`hidden_part`); and notes on what
-    was odd. The reference solution in ``source`` never runs."""
+    solution cells, its test cells whole (hidden checks and visible asserts, as ``nbgrader autograde`` runs
+    them), up to its last test cell; and notes on what was odd. The reference solution in ``source`` never
+    runs."""
     notes: list[str] = []
     answers: dict[str, str] = {}
     extras: dict[str | None, list[str]] = {}
@@ -249,24 +247,32 @@ def assemble(source: dict, release: dict, student: dict) -> tuple[dict, list[str
         gid = meta.get("grade_id")
         if meta.get("grade_id") == "setup":
             cells.append(cell)
-            cells += [nbformat.v4.new_code_cell(src) for src in extras.get(None, [])]
+            cells += [_learner_cell(src) for src in extras.get(None, [])]
             continue
         if meta.get("solution"):
             cell["source"] = answers.get(gid, stubs.get(gid, "raise NotImplementedError()"))
-        if meta.get("grade") and HIDDEN_END in _source(cell):
-            cell["source"] = hidden_part(_source(cell))
         cells.append(cell)
         if meta.get("solution"):
-            cells += [nbformat.v4.new_code_cell(src) for src in extras.get(gid, [])]
+            cells += [_learner_cell(src) for src in extras.get(gid, [])]
     missing = [_nbgrader(c)["grade_id"] for c in nb["cells"] if _nbgrader(c).get("solution")
                and _nbgrader(c)["grade_id"] not in answers]
     if missing:
         notes.append(f"no answer cell for {', '.join(missing)}")
-    nb["cells"] = cells
+    # What comes after the last test cannot change any test's points (Chapter 6 ends with an ungraded training
+    # run of the learner's model): it is not run.
+    last_test = max((i for i, cell in enumerate(cells) if _nbgrader(cell).get("grade")), default=len(cells))
+    nb["cells"] = cells[:last_test + 1]
     for cell in nb["cells"]:
         cell.pop("id", None)
     nb["nbformat_minor"] = 4
     return nb, notes
+
+
+LEARNER_CELL = "learner_cell"  # the metadata key that marks a cell of the learner's own in the assembled notebook
+
+
+def _learner_cell(source: str) -> dict:
+    return nbformat.v4.new_code_cell(source, metadata={LEARNER_CELL: True})
 
 
 def suspicious(student: dict) -> list[str]:
@@ -347,7 +353,24 @@ def _grade_one(submission: Submission, settings: Settings) -> Result:
     if notes:
         reason = "; ".join(filter(None, [reason, *notes]))
     timings["judge_s"] = time.perf_counter() - started
-    return Result(submission.student_id, settings.assignment, status, reason, cells, timings)
+    return Result(submission.student_id, settings.assignment, status, reason, cells, timings,
+                  _diagnostics(execution, assembled))
+
+
+def _diagnostics(execution: sandbox.Execution, assembled: dict) -> list[str]:
+    """The errors of the cells that are not tests (a set-up cell whose import failed, an answer that does not
+    compile), then the last lines the notebook wrote to stderr."""
+    found = []
+    errors = [entry for entry in (execution.summary or {}).get("errors") or []
+              if isinstance(entry, list) and len(entry) == 3]
+    for index, kind, text in errors[:3]:
+        found.append(f"{_where(assembled, index)} raised {str(kind)[:80]}: {str(text)[:300]}")
+    if len(errors) > 3:
+        found.append(f"and {len(errors) - 3} more cells raised{'' if len(errors) < 20 else ' (at least)'}")
+    tail = [line for line in execution.stderr.splitlines() if line.strip()][-6:]
+    if tail:
+        found.append("the notebook's stderr ended with: " + " | ".join(line.strip()[:200] for line in tail))
+    return found
 
 
 #: The phases of one submission, in order (a worker's own start-up is once per worker: ``sandbox.worker_starts``).
@@ -392,18 +415,20 @@ def _bundle(settings: Settings) -> Path:
 
 def _judge(settings: Settings, summary: dict | None, data: bytes,
            assembled: dict) -> tuple[dict[str, CellResult], list[str]]:
-    """Points per test cell from the one record its hidden check wrote while the cell ran; and the reasons,
-    if any, to flag the submission for a person to look at.
+    """Points per test cell from the one record its hidden check wrote while the cell ran and, once that passes,
+    from how the whole cell ran (its visible asserts, its stderr: :func:`_cell_verdict`); and the reasons, if
+    any, to flag the submission for a person to look at.
 
     A cell earns its points only from exactly one well-formed record of its own check, judged against the
-    reference. No record, several records, a record of another check, a probe stopped by something other
-    than an exception, or a record that does not fit the check's cases: 0 points, and all but the first
-    flag the submission (the learner's code wrote or suppressed records; a missing record can also come
-    from an honest answer whose cell does not run). A cell during which the kernel
-    died or ran out of time scores 0, whatever it recorded.
+    reference, in a cell that then ran to its end as nbgrader would give it the points. No record, several
+    records, a record of another check, a probe stopped by something other than an exception, or a record
+    that does not fit the check's cases: 0 points, and all but the first flag the submission (the learner's
+    code wrote or suppressed records; a missing record can also come from an honest answer whose cell does
+    not run). A cell during which the kernel died or ran out of time scores 0, whatever it recorded.
     """
     cells = _zero_cells(settings)
     ranges = (summary or {}).get("ranges", {})
+    outcomes = (summary or {}).get("outcomes") or {}
     stopped = (summary or {}).get("stopped")
     stopped_in = _grade_id_at(assembled, stopped.get("cell")) if isinstance(stopped, dict) else None
     flags: list[str] = []
@@ -421,11 +446,14 @@ def _judge(settings: Settings, summary: dict | None, data: bytes,
             cell.message = f"the notebook {why} while this test ran"
             continue
         message, flag, cell.mistake = _verdict(gid, records)
+        points = cell.max_points
+        if not (message or flag):  # the hidden check passed: now the whole cell, as nbgrader would score it
+            message, flag, cell.mistake, points = _cell_verdict(outcomes.get(gid), cell.max_points)
         cell.message = message
         if flag:
             flags.append(f"{gid}: {flag}")
         elif not message:
-            cell.points = cell.max_points
+            cell.points = points
     stray = len([line for line in data.splitlines() if line.strip()]) - claimed
     if stray > 0:
         flags.append(f"{stray} hidden-check record(s) were written outside the test cells")
@@ -469,6 +497,34 @@ def _verdict(gid: str, records: list[bytes]) -> tuple[str, str, str | None]:
     return "", "", None
 
 
+def _cell_verdict(outcome: object, max_points: float) -> tuple[str, str, str | None, float]:
+    """(message, flag, mistake, points) of a test cell whose hidden check passed, by nbgrader's own rule
+    (``nbgrader.utils.determine_grade``) applied to how the whole cell ran (``autograder.runner._outcome``): an
+    error, a visible assert included, or anything written to stderr, a warning included, scores 0; else a value
+    the cell displayed is a partial grade if it reads as a number; else full marks."""
+    from nbgrader.utils import get_partial_grade
+
+    if not (isinstance(outcome, dict) and set(outcome) == {"error", "stderr", "shown"}):
+        return ("the outcome of this test was not reported", "no outcome reported for a test that ran", None, 0.0)
+    error, stderr, shown = outcome["error"], outcome["stderr"], outcome["shown"]
+    if error is not None:
+        if not (isinstance(error, list) and len(error) == 2 and all(isinstance(x, str) for x in error)):
+            return ("the outcome of this test cannot be read", "malformed outcome of a test", None, 0.0)
+        kind, text = error
+        # a visible check's failure names its mistake as the hidden checks do, at the end of its message
+        name = mistake_name(text) if kind in ("CheckFailed", "AssertionError") else None
+        return f"a visible check of this test failed: {kind}: {text}", "", name, 0.0
+    if isinstance(stderr, str) and stderr:
+        return (f"this test wrote to stderr, which nbgrader scores as a failure: {stderr.strip()[:500]}", "", None,
+                0.0)
+    if isinstance(shown, str):
+        try:
+            return "", "", None, float(get_partial_grade({"data": {"text/plain": shown}}, max_points))
+        except ValueError as err:  # more than the cell's points
+            return f"this test displayed {shown[:80]!r}, not a grade it can have ({err})", "", None, 0.0
+    return "", "", None, max_points
+
+
 def _grade_id_at(assembled: dict, index: object) -> str | None:
     if not isinstance(index, int) or not 0 <= index < len(assembled["cells"]):
         return None
@@ -510,9 +566,11 @@ def _run_status(execution: sandbox.Execution, assembled: dict, limits: sandbox.L
 def _where(assembled: dict, index: object) -> str:
     if not isinstance(index, int) or not 0 <= index < len(assembled["cells"]):
         return "a cell"
-    meta = _nbgrader(assembled["cells"][index])
-    label = meta.get("grade_id")
-    return f"cell {index + 1}" + (f" ({label})" if label else " (the learner's own cell)")
+    cell = assembled["cells"][index]
+    label = _nbgrader(cell).get("grade_id")
+    if not label:
+        label = "the learner's own cell" if cell.get("metadata", {}).get(LEARNER_CELL) else "a cell of the notebook's"
+    return f"cell {index + 1} ({label})"
 
 
 def prepare(assignment: str, scratch: Path, bundle: Path | None = None) -> tuple[str, Path, Path, Path]:
@@ -574,7 +632,7 @@ def preflight_problems(result: Result) -> list[str]:
     problems = [] if result.status == "ok" else [f"status {result.status}: {result.reason}"]
     problems += [f"{c.grade_id}: {c.points:g}/{c.max_points:g} — {c.message or 'no message'}"
                  for c in result.cells.values() if c.points < c.max_points]
-    return problems
+    return [*(f"why: {line}" for line in result.diagnostics), *problems] if problems else []
 
 
 def instructor_submission(settings: Settings) -> Submission:

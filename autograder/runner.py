@@ -1,6 +1,6 @@
 """Runs INSIDE the grading sandbox: a warm worker that runs one submission after another, each in a fork.
 
-    python -m autograder.runner [--isolate]
+    python -m autograder.runner [--isolate | --sandboxed]
 
 Starting Python, importing torch and IPython and the hidden checks' probes costs
 seconds; running a notebook's checks costs well under one. So a worker does
@@ -18,6 +18,11 @@ read-only ``/dev`` and root; no capabilities. It is PID 1 of its namespace, so
 everything it starts dies with it, and the worker that forked it is outside
 that namespace: it can neither signal nor see it, and the worker is not
 dumpable, so it cannot be traced either.
+
+Where the platform refuses namespaces inside the sandbox (Ubuntu's AppArmor profile for bubblewrap, Docker's
+default seccomp profile), the worker says so when it starts (:func:`nested_refusal`) and the grader falls back
+to one sandbox per submission: a worker started with ``--sandboxed`` runs a single job, in a plain fork, its
+folder bound at ``/submission`` by bubblewrap itself, and is then closed.
 
 The worker, not the submission, keeps the clock: the copy reports on a pipe
 when each cell starts and ends (with the byte range of the observations the
@@ -46,6 +51,7 @@ import time
 WORK_MOUNT, JOBS_MOUNT = "/submission", "/jobs"
 NOTEBOOK, STDERR = "assembled.ipynb", "stderr.txt"
 MAX_EVENT_BYTES = 4 << 20  # what the worker reads of one job's event pipe
+MAX_ERRORS = 20  # the errors of cells other than tests that a job's summary keeps (the first ones)
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 _CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
@@ -130,12 +136,27 @@ def _enter_namespaces() -> None:
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing mounted here is seen by the worker, nor back
 
 
+def _under_tmp() -> list[str]:
+    """The Python installation's folders (the venv's and the interpreter's own) that lie under /tmp, outermost
+    first."""
+    found = {os.path.normpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    return sorted(p for p in found if p.startswith("/tmp/"))
+
+
 def _confine(job: str, workspace_bytes: int) -> None:
     """In PID 1 of the job's namespaces: its folder as the workspace, fresh /tmp and /dev/shm, the other jobs,
     /proc and the worker's files out of sight, the root and /dev read-only."""
     _mount(f"{JOBS_MOUNT}/{job}", WORK_MOUNT, None, _MS_BIND | _MS_REC)
     _mount("tmpfs", JOBS_MOUNT, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, "size=4k,mode=0555")
+    # Python and its venv may live under /tmp (a course cloned there): hold them open before the fresh /tmp
+    # covers them, then bind them back at their own paths, read-only, through the open descriptors.
+    kept = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in _under_tmp()}
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={workspace_bytes},mode=1777")
+    for path, handle in kept.items():
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{handle}", path, None, _MS_BIND | _MS_REC)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _flags(path))
+        os.close(handle)
     # An empty /proc: a new proc cannot be mounted under bubblewrap's (it covers parts of its own), and the
     # sandbox's shows the worker; nothing a notebook needs reads it.
     _mount("tmpfs", "/proc", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY, "size=4k,mode=0555")
@@ -197,9 +218,44 @@ def _size(path: str) -> int:
         return 0
 
 
-def _run_cells(shell, cells: list, events: int, observations: str) -> None:
+def _read_from(path: str, offset: int, limit: int) -> str:
+    """What was written to ``path`` from ``offset`` on: its first ``limit`` bytes, as text."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _text(value, limit: int) -> str:
+    """``str(value)``, cut to ``limit`` characters; a learner's object whose ``__str__`` fails still gives a line."""
+    try:
+        return str(value)[:limit]
+    except Exception as err:  # noqa: BLE001
+        return f"<{type(value).__name__} that cannot be shown: {type(err).__name__}>"
+
+
+def _outcome(shell, result, stderr: str, stderr_from: int) -> dict:
+    """What nbgrader's rule for a test cell reads of its run (``nbgrader.utils.determine_grade``): an error, output
+    on stderr (a warning included) or, failing both, the value the cell displayed (a number there is a partial
+    grade)."""
+    error = result.error_before_exec or result.error_in_exec
+    shown = None
+    if error is None and result.result is not None:
+        try:
+            shown = shell.display_formatter.format(result.result)[0].get("text/plain")
+        except Exception:  # noqa: BLE001 - a repr that fails: the value is no number, so no partial grade
+            shown = f"<{type(result.result).__name__}>"
+    return {"error": [type(error).__name__, _text(error, 2000)] if error is not None else None,
+            "stderr": _read_from(stderr, stderr_from, 2000) or None,
+            "shown": None if shown is None else _text(shown, 200)}
+
+
+def _run_cells(shell, cells: list, events: int, observations: str, stderr: str) -> None:
     """Every code cell in turn, errors kept (as a kernel with allow_errors would); the worker hears when each
-    starts and, for a test cell, which observations it wrote."""
+    starts and, for a test cell, which observations it wrote and how the whole cell, visible asserts included,
+    ended (:func:`_outcome`)."""
     for index, cell in enumerate(cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -207,16 +263,45 @@ def _run_cells(shell, cells: list, events: int, observations: str) -> None:
         source = "".join(source) if isinstance(source, list) else str(source)
         meta = (cell.get("metadata") or {}).get("nbgrader") or {}
         _send(events, {"start": index})
-        start = _size(observations)
-        shell.run_cell(source, store_history=True)
+        start, stderr_from = _size(observations), _size(stderr)
+        result = shell.run_cell(source, store_history=True)
         sys.stdout.flush()
+        sys.stderr.flush()
         graded = meta.get("grade") and isinstance(meta.get("grade_id"), str)
-        _send(events, {"end": index, "grade_id": meta["grade_id"] if graded else None,
-                       "range": [start, _size(observations)]})
+        event = {"end": index, "grade_id": meta["grade_id"] if graded else None,
+                 "range": [start, _size(observations)]}
+        if graded:
+            event["outcome"] = _outcome(shell, result, stderr, stderr_from)
+        elif result.error_before_exec or result.error_in_exec:  # why a notebook could not be graded, if it cannot
+            error = result.error_before_exec or result.error_in_exec
+            event["error"] = [type(error).__name__, _text(error, 500)]
+        _send(events, event)
         if shell.exit_now:  # exit() or quit(): in a kernel, the kernel would be gone
             _send(events, {"exited": index})
             return
     _send(events, {"done": True})
+
+
+def nested_refusal() -> str | None:
+    """Why a job could not get its own namespaces here (None when it can): a trial in a throwaway fork of the
+    steps each job takes, up to a first mount. Ubuntu's AppArmor profile for bubblewrap and Docker's seccomp
+    profile refuse them, and ``bwrap --disable-userns`` does on purpose (the suite's way to try the fallback)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read)
+        try:
+            _enter_namespaces()
+            _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4k")
+            os._exit(0)
+        except BaseException as err:  # noqa: BLE001 - the reason goes to the parent
+            os.write(write, f"{type(err).__name__}: {err}".encode()[:500])
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as handle:
+        why = handle.read().decode("utf-8", "replace")
+    _, status = os.waitpid(child, 0)
+    return None if os.waitstatus_to_exitcode(status) == 0 else (why or f"the trial ended with status {status}")
 
 
 def _job_process(job: dict, state: dict, events: int, isolate: bool) -> None:
@@ -224,8 +309,8 @@ def _job_process(job: dict, state: dict, events: int, isolate: bool) -> None:
     if isolate:
         _set_up(events, lambda: (_confine(job["id"], job["workspace_bytes"]), os.chdir(WORK_MOUNT),
                                  _drop_capabilities()))
-    else:
-        os.chdir(os.path.join(job["jobs"], job["id"]))
+    else:  # without namespaces: the job's folder as the worker sees it (the sandbox's /submission, or on the host)
+        os.chdir(job["folder"])
     _redirect(events)
     _limit(job)
     os.environ["HOME"] = os.getcwd()
@@ -233,7 +318,7 @@ def _job_process(job: dict, state: dict, events: int, isolate: bool) -> None:
         cells = json.load(handle)["cells"]
     from autograder.checks import core
 
-    _run_cells(state["shell"], cells, events, core.observations_path())
+    _run_cells(state["shell"], cells, events, core.observations_path(), os.path.abspath(STDERR))
 
 
 def _fork_job(job: dict, state: dict, isolate: bool) -> tuple[int, int, int]:
@@ -287,7 +372,7 @@ def serve_job(job: dict, state: dict, isolate: bool) -> dict:
     pidfd = os.pidfd_open(first)
     wall_deadline = started + job["wall_seconds"]
     ranges: dict[str, list[int]] = {}
-    summary: dict = {"ranges": ranges, "stopped": None, "done": False}
+    summary: dict = {"ranges": ranges, "outcomes": {}, "errors": [], "stopped": None, "done": False}
     current, cell_deadline, buffer, received = None, None, b"", 0
     timed_out, killed = False, False
     first_cell = None
@@ -351,6 +436,9 @@ def _event(line: bytes, summary: dict, current, cell_deadline, job: dict):
     if "end" in event:
         if isinstance(event.get("grade_id"), str) and isinstance(event.get("range"), list):
             summary["ranges"][event["grade_id"]] = event["range"]
+            summary["outcomes"][event["grade_id"]] = event.get("outcome")
+        if isinstance(event.get("error"), list) and len(summary["errors"]) < MAX_ERRORS:
+            summary["errors"].append([event["end"], *event["error"][:2]])
         return None, None
     if "exited" in event:
         summary["stopped"] = {"why": "crashed", "cell": event["exited"]}
@@ -375,11 +463,12 @@ def _kill(runner: int, first: int) -> None:
 def main(argv: list[str]) -> int:
     isolate = "--isolate" in argv
     state = warm()
-    if isolate:
+    refused = nested_refusal() if isolate else None
+    if isolate or "--sandboxed" in argv:
         _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no job can trace this worker or read its memory
     import threading
 
-    ready = {"ready": True, "threads": threading.active_count(),
+    ready = {"ready": True, "threads": threading.active_count(), "nested_refused": refused,
              **{key: state[key] for key in ("timings", "failures", "ids", "reachable")}}
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()

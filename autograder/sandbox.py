@@ -32,6 +32,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUNDLE_MOUNT, WORK_MOUNT = "/bundle", "/submission"
+#: set to 1, the grader's sandboxes refuse namespaces inside them (to try the one-sandbox-per-notebook fallback)
+DISABLE_NESTED = "AUTOGRADER_DISABLE_NESTED_NAMESPACES"
 SANDBOX_ID = 1000  # the uid and gid of the code inside the sandbox (mapped to the grader's own outside)
 
 
@@ -90,8 +92,12 @@ def command(argv: list[str], bundle: Path, workspace: Path, limits: Limits, bind
     settings = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": WORK_MOUNT,
                 "PYTHONPATH": BUNDLE_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "JUPYTER_RUNTIME_DIR": "/tmp/jupyter",
                 "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1", **(env or {})}
+    # bwrap's --disable-userns makes every namespace the runner would create for a notebook fail, as Ubuntu's
+    # AppArmor profile for bubblewrap and Docker's seccomp profile do: the suite's way to try the fallback.
+    refuse_nested = ["--disable-userns"] if os.environ.get(DISABLE_NESTED) == "1" else []
     return [
-        "bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "bwrap", "--unshare-all", "--unshare-user", *refuse_nested, "--die-with-parent", "--new-session",
+        "--cap-drop", "ALL",
         # not root even inside: a worker's namespaces can then map the sandbox's user into each job's own
         "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID),
         # the private /tmp first: bwrap mounts in order, and the venv may itself live under /tmp
@@ -99,7 +105,9 @@ def command(argv: list[str], bundle: Path, workspace: Path, limits: Limits, bind
         *_system_binds(),
         "--ro-bind", str(bundle), BUNDLE_MOUNT,
         *mounts,
-        "--proc", "/proc", "--dev", "/dev",
+        "--proc", "/proc", "--dev", "/dev", "--size", str(limits.workspace_bytes), "--tmpfs", "/dev/shm",
+        # nothing written outside the workspace, /tmp and /dev/shm, with or without a job's own namespaces
+        "--remount-ro", "/dev", "--remount-ro", "/",
         "--clearenv",
         *[arg for name, value in settings.items() for arg in ("--setenv", name, value)],
         "--",
@@ -162,10 +170,54 @@ def problem() -> str | None:
         probe = [sys.executable, "-c", "import os; print(os.getpid())"]
         result = run(probe, bundle, workspace, Limits(wall_seconds=60))
     if result.returncode != 0:
-        return f"bubblewrap cannot create a sandbox here ({result.stderr.strip()[:300] or 'no reason given'})"
+        return (f"bubblewrap cannot create a sandbox here ({result.stderr.strip()[:300] or 'no reason given'}). "
+                + " ".join(platform_advice(_readings())))
     if result.stdout.strip() != "2":  # bwrap is pid 1 of the new pid namespace, the command pid 2
         return f"the sandbox did not get its own process namespace (pid {result.stdout.strip()})"
     return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+def _readings() -> dict[str, object]:
+    """What tells which platform refuses user namespaces (see :func:`platform_advice`)."""
+    return {"apparmor_restrict": _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+            "unprivileged_clone": _read("/proc/sys/kernel/unprivileged_userns_clone"),
+            "max_user_namespaces": _read("/proc/sys/user/max_user_namespaces"),
+            "container": Path("/.dockerenv").exists() or "docker" in (_read("/proc/1/cgroup") or ""),
+            "root": os.geteuid() == 0}
+
+
+def platform_advice(readings: dict[str, object]) -> list[str]:
+    """The fixes for a bubblewrap that cannot create its namespaces, the likeliest for these readings first,
+    and always the way to grade without a sandbox."""
+    advice = []
+    if readings.get("apparmor_restrict") == "1":
+        advice.append("This kernel's AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later): "
+                      "install Ubuntu's AppArmor profile for bwrap (`apt-get install apparmor-profiles`, then "
+                      "`apparmor_parser -r /etc/apparmor.d/bwrap-userns-restrict`) or allow them for all "
+                      "(`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`).")
+    if readings.get("unprivileged_clone") == "0":
+        advice.append("This kernel forbids unprivileged user namespaces: "
+                      "`sysctl -w kernel.unprivileged_userns_clone=1`.")
+    if readings.get("max_user_namespaces") == "0":
+        advice.append("User namespaces are switched off: `sysctl -w user.max_user_namespaces=15000`.")
+    if readings.get("container"):
+        advice.append("Inside a Docker container, whose default seccomp and AppArmor profiles refuse the "
+                      "namespaces bubblewrap needs, start it with `--security-opt seccomp=unconfined "
+                      "--security-opt apparmor=unconfined` (or grade on the host).")
+    if not advice:
+        advice.append("bubblewrap needs user namespaces: on Ubuntu 23.10 and later allow them for bwrap through "
+                      "AppArmor; in Docker, start the container with `--security-opt seccomp=unconfined "
+                      "--security-opt apparmor=unconfined`; elsewhere check `sysctl user.max_user_namespaces`.")
+    advice.append("The instructor guide's 'What works where' lists the platforms. To grade anyway, without a "
+                  "sandbox, pass --no-sandbox: only for notebooks you trust.")
+    return advice
 
 
 # ---------------------------------------------------------------- warm workers
@@ -195,18 +247,28 @@ class Execution:
 
 class Worker:
     """One warm ``python -m autograder.runner`` (in its own bubblewrap sandbox unless ``use_sandbox`` is False),
-    which runs the notebooks it is given one at a time, each in a fresh fork (see :mod:`autograder.runner`)."""
+    which runs the notebooks it is given one at a time, each in a fresh fork (see :mod:`autograder.runner`).
 
-    def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True) -> None:
+    ``single``: the fallback where the platform refuses namespaces inside the sandbox: the worker runs one
+    notebook, its folder bound at /submission by bubblewrap, without namespaces of its own, and is then closed
+    (:func:`worker` does)."""
+
+    def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False) -> None:
         started = time.perf_counter()
         self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
         self.count = 0
+        self.single = single and use_sandbox
         self.stderr = tempfile.TemporaryFile()
-        argv = [sys.executable, "-m", "autograder.runner"] + (["--isolate"] if use_sandbox else [])
+        mode = ["--sandboxed"] if self.single else ["--isolate"] if use_sandbox else []
+        argv = [sys.executable, "-m", "autograder.runner", *mode]
         env = {"AUTOGRADER_OBSERVATIONS": f"{WORK_MOUNT}/observations.jsonl" if use_sandbox else
                "observations.jsonl", "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython"}
         if use_sandbox:
-            binds = ["--bind", str(self.jobs), JOBS_MOUNT, "--dir", WORK_MOUNT, "--chdir", "/"]
+            if self.single:  # its one notebook's folder, made now, is the sandbox's /submission
+                (self.jobs / "1").mkdir()
+                binds = ["--bind", str(self.jobs / "1"), WORK_MOUNT, "--chdir", WORK_MOUNT]
+            else:
+                binds = ["--bind", str(self.jobs), JOBS_MOUNT, "--dir", WORK_MOUNT, "--chdir", "/"]
             full, host_env = command(argv, bundle, self.jobs, limits, binds, env), {"PATH": os.environ.get("PATH", "")}
         else:
             full = argv
@@ -228,6 +290,9 @@ class Worker:
         self.failures: dict[str, str] = ready.get("failures") or {}
         self.ids: list[str] = ready.get("ids") or []
         self.reachable: list[str] = ready.get("reachable") or []
+        #: why the notebooks could not have namespaces of their own inside this worker's sandbox (None: they can)
+        self.nested_refused: str | None = ready.get("nested_refused") if isinstance(
+            ready.get("nested_refused"), str) else None
         warm = {k: float(v) for k, v in (ready.get("timings") or {}).items() if isinstance(v, (int, float))}
         total = time.perf_counter() - started
         #: its start-up: in all, importing torch, importing the rest; other_s is bubblewrap and Python itself
@@ -241,9 +306,10 @@ class Worker:
         """Run ``notebook`` (the assembled notebook, as JSON) in a fresh fork; never raises on its failure."""
         self.count += 1
         folder = self.jobs / str(self.count)
-        folder.mkdir()
+        folder.mkdir(exist_ok=self.single)
         (folder / "assembled.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
-        job = {"id": str(self.count), "jobs": str(self.jobs), "cell_seconds": limits.cell_seconds,
+        seen_as = WORK_MOUNT if self.single else str(folder)  # where the runner finds it, if not in namespaces
+        job = {"id": str(self.count), "folder": seen_as, "cell_seconds": limits.cell_seconds,
                "wall_seconds": limits.wall_seconds, "memory_bytes": limits.memory_bytes,
                "file_bytes": limits.file_bytes, "processes": limits.processes,
                "workspace_bytes": limits.workspace_bytes}
@@ -335,9 +401,16 @@ _ALL: list[Worker] = []
 _LOCK = threading.Lock()
 
 
+#: Why this machine refuses namespaces inside the sandbox, once a worker has found out (None: not refused, or
+#: not known yet); from then on every notebook gets a sandbox of its own (:class:`Worker`'s ``single``).
+_NESTED_REFUSED: list[str] = []
+
+
 @contextlib.contextmanager
 def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[Worker]:
-    """A warm worker for these settings, started if none is idle; back to the idle ones after, if alive."""
+    """A warm worker for these settings, started if none is idle; back to the idle ones after, if alive. Where
+    the platform refuses namespaces inside the sandbox, a fresh single-notebook worker each time, closed after
+    (the first time, a warning says why and what it costs)."""
     key = (str(bundle), limits, use_sandbox)
     with _LOCK:
         idle = _IDLE.setdefault(key, [])
@@ -346,15 +419,41 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
             candidate = idle.pop()
             chosen = candidate if candidate.alive else None
     if chosen is None:
-        chosen = Worker(bundle, limits, use_sandbox)
-        with _LOCK:
-            _ALL.append(chosen)
+        chosen = _start(bundle, limits, use_sandbox)
     try:
         yield chosen
     finally:
-        if chosen.alive:
+        if chosen.single:
+            chosen.close()
+        elif chosen.alive:
             with _LOCK:
                 _IDLE.setdefault(key, []).append(chosen)
+
+
+def _start(bundle: Path, limits: Limits, use_sandbox: bool) -> Worker:
+    started = Worker(bundle, limits, use_sandbox, single=bool(_NESTED_REFUSED))
+    if started.nested_refused:  # found out now: this one cannot isolate its notebooks
+        started.close()
+        with _LOCK:
+            first = not _NESTED_REFUSED
+            _NESTED_REFUSED.append(started.nested_refused)
+        started = Worker(bundle, limits, use_sandbox, single=True)
+        if first:
+            print(f"warning: this machine refuses namespaces inside the grading sandbox "
+                  f"({_NESTED_REFUSED[0]}); each notebook gets a bubblewrap sandbox of its own instead, which "
+                  f"costs a worker's start-up per notebook (measured here: {started.start_timings['start_s']:.1f} s). "
+                  "The isolation is the same but for one thing: a notebook can signal the grading process that "
+                  "runs it, only ever stopping its own grading (see the instructor guide, 'What works where')",
+                  file=sys.stderr, flush=True)
+    with _LOCK:
+        _ALL.append(started)
+    return started
+
+
+def nested_refused() -> str | None:
+    """Why namespaces inside the sandbox were refused, if a worker of this process found they were."""
+    with _LOCK:
+        return _NESTED_REFUSED[0] if _NESTED_REFUSED else None
 
 
 def worker_starts() -> list[dict[str, float]]:

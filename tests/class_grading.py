@@ -113,11 +113,14 @@ class Graded:
         return {c["grade_id"]: c for c in self.feedback[student]["cells"]}
 
 
-def grade_class(assignment: str, submissions: Path, out: Path, *extra: str, timeout: int = 1500) -> Graded:
-    """``python -m autograder grade`` on ``submissions`` (sandbox on, the command's own workers)."""
+def grade_class(assignment: str, submissions: Path, out: Path, *extra: str, timeout: int = 1500,
+                env: dict[str, str] | None = None) -> Graded:
+    """``python -m autograder grade`` on ``submissions`` (sandbox on, the command's own workers), with ``env``
+    added to its environment."""
     command = [sys.executable, "-m", "autograder", "grade", assignment, str(submissions), "--out", str(out),
                "--gradebook", f"sqlite:///{out.parent / (out.name + '-gradebook.db')}", *extra]
-    run = subprocess.run(command, cwd=REPO_ROOT, env=nbgrader_env(), capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run(command, cwd=REPO_ROOT, env={**nbgrader_env(), **(env or {})}, capture_output=True,
+                         text=True, timeout=timeout)
     rows, feedback = {}, {}
     if (out / "grades.csv").exists():
         with (out / "grades.csv").open() as handle:

@@ -222,6 +222,34 @@ def test_nbgrader_in_kernel_and_the_class_grader_agree_cell_by_cell(classes, ass
         assert not differ, f"{student}: (class grader, nbgrader) points differ on {differ}"
 
 
+#: The chapter whose catalogue is also graded where the platform refuses namespaces inside the sandbox: the
+#: fallback gives each notebook a bubblewrap sandbox of its own (a worker's start-up each), so one chapter.
+FALLBACK = "04_multi_head"
+
+
+@pytest.mark.xdist_group(f"catalogue-{FALLBACK}")  # beside that chapter's class, graded once for both
+def test_without_nested_namespaces_each_notebook_gets_its_own_sandbox_and_the_same_verdicts(classes,
+                                                                                           tmp_path) -> None:
+    """bwrap --disable-userns refuses the namespaces the grader would create for each notebook, as Ubuntu's
+    AppArmor profile for bubblewrap and Docker's seccomp profile do: the grader says so once, with the cost,
+    and grades the whole catalogue one sandbox per notebook, with every verdict of the usual way."""
+    from autograder.sandbox import DISABLE_NESTED
+
+    graded, learners, folder = classes(FALLBACK)
+    fallback = grade_class(FALLBACK, folder, tmp_path / "out", env={DISABLE_NESTED: "1"})
+    assert fallback.returncode == 0, fallback.log[-3000:]
+    assert fallback.log.count("refuses namespaces inside the grading sandbox") == 1, fallback.log[-3000:]
+    assert "a worker's start-up per notebook (measured here:" in fallback.log, fallback.log[-3000:]
+    assert set(fallback.rows) == set(graded.rows) == set(learners)
+    for student in learners:
+        usual, alone = graded.rows[student], fallback.rows[student]
+        assert (alone["status"], alone["score"]) == (usual["status"], usual["score"]), (student, usual, alone)
+        for gid, cell in graded.cells(student).items():
+            other = fallback.cells(student)[gid]
+            assert (other["points"], other["mistake"], other["message"]) == (
+                cell["points"], cell["mistake"], cell["message"]), (student, gid)
+
+
 def _points(assignment: str) -> dict[str, float]:
     nb = nbformat.read(source_notebook(assignment), 4)
     return {nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c)["points"]) for c in graded_cells(nb)}

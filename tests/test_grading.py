@@ -179,7 +179,7 @@ HOSTILE = {
         "import gc, inspect, torch\n"
         "_found = []\n"
         "def softmax(x, dim=-1):\n"
-        "    for frame in inspect.stack():\n"
+        "    for frame in inspect.stack(0):  # no source lines: fast enough for the visible checks too\n"
         "        ref = frame.frame.f_globals.get('ref')\n"
         "        if ref is not None and hasattr(ref, 'softmax'):\n"
         "            return ref.softmax(x, dim)\n"

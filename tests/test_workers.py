@@ -228,3 +228,44 @@ def test_without_the_sandbox_the_same_workers_grade_the_same(settings) -> None:
         assert execution.summary["done"], execution.stderr[-2000:]
         assert _points(plain, honest, execution) == FULL
     assert _the_worker(plain).count == 2
+
+
+#: The hostile notebook less its signals: in the fallback a notebook shares its process namespace with the
+#: worker that runs it, so a signal to everyone stops its own grading (tested below); the rest still runs.
+ATTACK_WITHOUT_SIGNALS = "\n".join(line for line in ATTACK.splitlines() if not line.startswith("attempt(\"kill"))
+
+
+def test_without_nested_namespaces_each_notebook_gets_a_sandbox_of_its_own(settings, monkeypatch, capsys) -> None:
+    """Where the platform refuses namespaces inside the sandbox (forced here with bwrap --disable-userns), the
+    grader says so once and gives every notebook a bubblewrap sandbox of its own: a hostile notebook, then one
+    that looks for what it left, each in its own. What isolated the notebooks from each other still does; the
+    notebook's own namespaces are gone, so it sees the worker that runs it and can stop its own grading."""
+    import dataclasses
+
+    monkeypatch.setenv(sandbox.DISABLE_NESTED, "1")
+    alone = dataclasses.replace(settings, limits=sandbox.Limits(wall_seconds=121, cell_seconds=10))  # its own pool
+    try:
+        attack = grading.execute(_assembled(ATTACK_WITHOUT_SIGNALS), alone)
+        killer = grading.execute(_assembled(ATTACK), alone)
+        looked = grading.execute(_assembled(LOOK), alone)
+        honest = _assembled()
+        execution = grading.execute(honest, alone)
+        idle = sandbox._IDLE.get((str(alone.bundle), alone.limits, True), [])
+        assert sandbox.nested_refused() and not idle, "a single-notebook worker was kept for another notebook"
+    finally:
+        sandbox.close_workers()
+        sandbox._NESTED_REFUSED.clear()
+    warned = capsys.readouterr().err
+    assert warned.count("refuses namespaces inside the grading sandbox") == 1, warned
+    report, seen = _line(attack.stderr, "ATTACK"), _line(looked.stderr, "SEEN")
+    for path in ("/" + LEFT, "/dev/" + LEFT, "/bundle/" + LEFT):
+        assert report["write " + path] in ("OSError", "PermissionError"), (path, report)
+    assert report["umount /tmp"] == -1, report  # no capabilities
+    assert killer.worker_died and killer.summary is None, "a notebook that signals everyone stops its own grading"
+    assert seen["left"] == [] and LEFT not in seen["tmp"], seen
+    assert set(seen["workspace"]) <= {"assembled.ipynb", "stderr.txt", "observations.jsonl"}, seen
+    for what in ("allclose patched", "softmax patched", "run_check patched", "built-ins patched", "module patched"):
+        assert seen[what] is False, (what, seen)
+    assert _points(alone, honest, execution) == FULL
+    left = subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True, text=True).stdout.strip()
+    assert not left, f"the first notebook's background process outlived it: {left}"

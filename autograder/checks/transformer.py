@@ -605,7 +605,7 @@ register("Transformer_causal", _probe_causal)
 register("Transformer_padding", _probe_padding)
 register("Transformer_dtype_device", _probe_dtype_device)
 register("Transformer_errors", _probe_model_errors)
-register("Transformer_learns_copy", _probe_gradients)
+register("Transformer_gradients", _probe_gradients)
 
 
 # ================================================================ greedy_decode

@@ -772,7 +772,7 @@ register("Transformer_causal", _judge_causal)
 register("Transformer_padding", _judge_padding)
 register("Transformer_dtype_device", _judge_dtype_device)
 register("Transformer_errors", _judge_model_errors)
-register("Transformer_learns_copy", _judge_gradients)
+register("Transformer_gradients", _judge_gradients)
 
 
 # ================================================================ greedy_decode

@@ -1110,7 +1110,7 @@ WRONG = [
     Entry("Transformer", "no max_len check", TNoLengthCheck, "no ValueError for bad arguments", "Transformer_errors"),
     Entry("Transformer", "default embedding init", TDefaultInit, "embeddings initialised with std 1",
           "Transformer_parts"),
-    Entry("Transformer", "memory detached", TDetachedMemory, "parameters without gradient", "Transformer_learns_copy"),
+    Entry("Transformer", "memory detached", TDetachedMemory, "parameters without gradient", "Transformer_gradients"),
     Entry("Transformer", "config unpacked into attributes", TConfigUnpacked, "config not kept", "Transformer_shapes"),
     Entry("greedy_decode", "argmax of position 0", greedy_first_position, "greedy decoding from the first position",
           "greedy_decode_tokens"),
