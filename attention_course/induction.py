@@ -17,7 +17,10 @@ Positions are ``"relative"`` by default: a learned bias per head and per distanc
 scores (as T5 does; ALiBi fixes it instead of learning it), so "attend to the token just before" is one number
 per head. ``"learned"`` adds learned absolute position embeddings to the tokens instead (Chapters 5 to 7).
 
-:func:`train_induction` trains a model on the task, scoring only the positions whose next token can be copied.
+:func:`train_induction` trains a model on the task, scoring only the positions whose next token can be copied, and
+:func:`formed_at` reads from its history the step where the copy loss fell below half the uniform guess. The
+command line measures that step for the chapter's set-up and for one change of it at a time, over seeds:
+``python -m attention_course.induction --seeds 0 1 2 3 4 --steps 400``.
 :func:`gpt_attention` reads the attention weights of Chapter 7's :class:`~attention_course.language_model.TorchGPT`,
 whose fused kernel does not return them.
 
@@ -31,18 +34,22 @@ Nothing here computes an attention score of a head or ablates one: those are the
 
 from __future__ import annotations
 
+import argparse
 import math
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention_course.benchmark_attention import write_csv
+
 __all__ = ["RepeatTask", "repeated_tokens", "AttentionOnlySizes", "AttentionLayer", "AttentionOnly",
-           "InductionHistory", "train_induction", "gpt_attention"]
+           "InductionHistory", "train_induction", "formed_at", "gpt_attention", "VARIANTS", "main"]
 
 
 @dataclass(frozen=True)
@@ -218,18 +225,20 @@ class InductionHistory:
 
 def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch_size: int = 32, lr: float = 1e-2,
                     seed: int = 0, every: int = 25, measure: Callable[[AttentionOnly], Any] | None = None,
-                    eval_size: int = 256) -> InductionHistory:
+                    eval_size: int = 256, scored: str = "copyable") -> InductionHistory:
     """Train ``model`` on ``task`` with Adam at a constant ``lr``: each step a fresh batch, the cross-entropy of the
-    copyable positions only. Every ``every`` steps (and at step 0, before any training) the loss on one fixed batch
-    of ``eval_size`` sequences is recorded, with ``measure(model)`` when given (it runs without gradients, the model
-    in eval mode). The batches are drawn from ``seed``; the model's initial weights are the caller's.
+    copyable positions only (``scored="copyable"``) or of every position (``scored="all"``, the usual language-model
+    loss). Every ``every`` steps (and at step 0, before any training) the loss on the copyable positions of one fixed
+    batch of ``eval_size`` sequences is recorded, with ``measure(model)`` when given (it runs without gradients, the
+    model in eval mode). The batches are drawn from ``seed``; the model's initial weights are the caller's.
 
     Raises:
-        ValueError: if ``steps < 0`` or ``batch_size``, ``every`` or ``eval_size`` is below 1.
+        ValueError: if ``steps < 0``, ``batch_size``, ``every`` or ``eval_size`` is below 1, or ``scored`` is neither
+            "copyable" nor "all".
     """
-    if steps < 0 or min(batch_size, every, eval_size) < 1:
-        raise ValueError(f"need steps >= 0 and batch_size, every, eval_size >= 1; got {steps}, {batch_size}, "
-                         f"{every}, {eval_size}")
+    if steps < 0 or min(batch_size, every, eval_size) < 1 or scored not in ("copyable", "all"):
+        raise ValueError(f"need steps >= 0, batch_size, every, eval_size >= 1 and scored 'copyable' or 'all'; got "
+                         f"{steps}, {batch_size}, {every}, {eval_size}, {scored!r}")
     draws = torch.Generator().manual_seed(seed)
     eval_ids, eval_copyable = task.batch(eval_size, torch.Generator().manual_seed(seed + 10_000))
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -238,6 +247,11 @@ def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch
     def copy_loss(ids: Tensor, copyable: Tensor) -> Tensor:
         logits = model(ids)[:, :-1]  # (B, T - 1, V): position t predicts token t + 1
         return F.cross_entropy(logits[copyable[:, :-1]], ids[:, 1:][copyable[:, :-1]])
+
+    def train_loss(ids: Tensor, copyable: Tensor) -> Tensor:
+        if scored == "copyable":
+            return copy_loss(ids, copyable)
+        return F.cross_entropy(model(ids)[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
 
     def record(step: int) -> None:
         model.eval()
@@ -250,7 +264,7 @@ def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch
     record(0)
     for step in range(1, steps + 1):
         model.train()
-        loss = copy_loss(*task.batch(batch_size, draws))
+        loss = train_loss(*task.batch(batch_size, draws))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -297,3 +311,92 @@ def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
         maps.append(scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
                     .softmax(dim=-1))
     return torch.stack(maps)
+
+
+def formed_at(history: InductionHistory, vocab: int) -> int | None:
+    """The first recorded step at which the copy loss is below half the uniform guess, ``ln(vocab) / 2``: where the
+    circuit has formed. None if it never was."""
+    return next((step for step, loss in zip(history.eval_step, history.copy_loss, strict=True)
+                 if loss < math.log(vocab) / 2), None)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One set-up of the induction task: the model's sizes, the task and how it trains."""
+
+    sizes: AttentionOnlySizes
+    task: RepeatTask
+    lr: float = 1e-2
+    scored: str = "copyable"
+
+
+_TASK = RepeatTask(vocab=64, length=48, shortest=6, longest=18)
+_SIZES = AttentionOnlySizes(vocab=64, context=48, d_model=64, n_heads=4, n_layers=2)
+
+#: The chapter's set-up, and one change of it at a time: what each knob does to when (and whether) the circuit forms.
+VARIANTS: dict[str, Variant] = {
+    "chapter": Variant(_SIZES, _TASK),
+    "learned positions": Variant(replace(_SIZES, positions="learned"), _TASK),
+    "every position scored": Variant(_SIZES, _TASK, scored="all"),
+    "lr 3e-3": Variant(_SIZES, _TASK, lr=3e-3),
+    "fixed offset, learned positions": Variant(replace(_SIZES, positions="learned"),
+                                               replace(_TASK, shortest=24, longest=24)),
+}
+
+
+@dataclass
+class Run:
+    """One training run of :func:`main`: its variant and seed, the step where the copy loss fell below half the
+    uniform guess (None: never), the copy loss at the end, on its own task and on the chapter's, and its time."""
+
+    variant: str
+    seed: int
+    steps: int
+    formed_at: int | None
+    final_loss: float
+    chapter_task_loss: float
+    seconds: float
+
+
+def main(argv: Sequence[str] | None = None, default_out: str = "benchmark-results") -> int:
+    """The command line: train every variant of :data:`VARIANTS` chosen, for every seed; print a table; write
+    ``induction.csv`` (one row per run) to ``--out``.
+
+    ``python -m attention_course.induction --seeds 0 1 2 3 4 --steps 400``
+    """
+    parser = argparse.ArgumentParser(description="When does an induction head form? Train the chapter's "
+                                                 "attention-only model and its variants over seeds.")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: the chapter's)")
+    parser.add_argument("--out", default=default_out, help="folder for induction.csv")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s); {args.steps} steps of 32 "
+          f"sequences; 'formed' is the first step (every 25) where the copy loss < ln(vocab) / 2", flush=True)
+    print(f"{'variant':<32} {'seed':>4} {'formed':>7} {'final loss':>11} {'on the chapter task':>20} {'s':>6}")
+    runs = []
+    for name in args.variants:
+        variant = VARIANTS[name]
+        for seed in args.seeds:
+            torch.manual_seed(seed)
+            model = AttentionOnly(variant.sizes)
+            history = train_induction(model, variant.task, steps=args.steps, lr=variant.lr, seed=seed,
+                                      scored=variant.scored)
+            ids, copyable = _TASK.batch(256, torch.Generator().manual_seed(10_000))
+            with torch.no_grad():
+                logits = model(ids)[:, :-1]
+                on_chapter = F.cross_entropy(logits[copyable[:, :-1]], ids[:, 1:][copyable[:, :-1]]).item()
+            run = Run(name, seed, args.steps, formed_at(history, variant.task.vocab), history.copy_loss[-1],
+                      on_chapter, history.seconds)
+            runs.append(run)
+            formed = "-" if run.formed_at is None else str(run.formed_at)
+            print(f"{name:<32} {seed:>4} {formed:>7} {run.final_loss:>11.3f} {run.chapter_task_loss:>20.3f} "
+                  f"{run.seconds:>6.1f}", flush=True)
+    print(f"wrote {write_csv(runs, Path(args.out) / 'induction.csv')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
