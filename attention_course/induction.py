@@ -178,9 +178,9 @@ class AttentionOnly(nn.Module):
         self.pos_embed = nn.Embedding(sizes.context, sizes.d_model) if sizes.positions == "learned" else None
         self.layers = nn.ModuleList(AttentionLayer(sizes) for _ in range(sizes.n_layers))
         self.unembed = nn.Linear(sizes.d_model, sizes.vocab, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2 and name != "distance_bias":
-                nn.init.normal_(p, std=sizes.d_model**-0.5)  # unit-size token vectors; no LayerNorm rescales them
+        for p in self.parameters():  # embeddings, projections and distance biases: no LayerNorm rescales them
+            if p.dim() == 2:
+                nn.init.normal_(p, std=sizes.d_model**-0.5)
 
     def forward(self, ids: Tensor) -> Tensor:
         """Raises ValueError if ``ids`` is not ``(B, T)`` integers with ``T <= context``."""

@@ -199,7 +199,7 @@ def _ablate_suspects(z: Tensor, head: int, mean: Tensor | None = None) -> list[S
                 "head taken from the wrong axis", lambda: _zeroed(z, (slice(None), slice(None), head))),
         Suspect(f"every head but {head} was replaced: ablating head {head} removes that head alone",
                 "every other head ablated", lambda: _zeroed(z, (slice(None), others))),
-        Suspect(f"head {head - 1} was replaced: heads are counted from 0, head {head} is z[:, {head}]",
+        Suspect(f"head {(head - 1) % z.shape[1]} was replaced: heads are counted from 0, head {head} is z[:, {head}]",
                 "heads counted from 1", lambda: _zeroed(z, (slice(None), head - 1))),
     ]
     if mean is None:
