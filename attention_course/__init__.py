@@ -19,17 +19,22 @@
   :mod:`attention_course.benchmark_training` — Chapter 6's measurements (attention
   step by step against the fused kernel; training throughput and MFU), each also
   a command line: ``python -m attention_course.benchmark_attention --help``.
-- :mod:`attention_course.text` — Chapter 7's corpus: Python's own help pages
-  (``pydoc_data``, shipped with Python) as character ids, with next-character batches.
+- :mod:`attention_course.text` — Chapter 7's corpus: Python's own help pages (a
+  fixed, hash-checked snapshot of Python 3.11.7's ``pydoc_data``, shipped here) as
+  character ids, split by interleaved chunks, with next-character batches.
+- :mod:`attention_course.ngram` — counting baselines for Chapter 7's losses
+  (unigram, bigram, trigram tables) and the repetition and diversity of texts.
 - :mod:`attention_course.language_model` — a small GPT on PyTorch's own pieces
-  (fused attention, a preallocated key/value buffer), so Chapter 7 trains and
-  generates without your solutions.
+  (fused attention, learned or rotary positions, a preallocated key/value buffer,
+  left-padded batches, beam search, mean-pooling key/value heads), so Chapter 7
+  trains and generates without your solutions.
 - :mod:`attention_course.induction` — Chapter 8's task (random spans that repeat at
   random places) and a small attention-only transformer whose heads' outputs pass
   through a hook point, its trainer, and the attention weights of Chapter 7's model.
 - :mod:`attention_course.benchmark_generation` — Chapter 7's measurements: cached
-  against uncached generation, the peak memory of an attention function (yours
-  too), the size of the key/value cache.
+  against uncached generation, prefill against decode, the peak memory of an
+  attention function (yours too), the key/value cache's bytes as the allocator
+  sees them, and published configurations.
 
 Nothing here implements an exercise: that is the learner's job.
 """

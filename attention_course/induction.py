@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention_course.benchmark_attention import write_csv
+from attention_course.language_model import _rotate  # how TorchGPT turns its queries and keys, for gpt_attention
 
 __all__ = ["RepeatTask", "repeated_tokens", "AttentionOnlySizes", "AttentionLayer", "AttentionOnly",
            "InductionHistory", "train_induction", "formed_at", "gpt_attention", "VARIANTS", "main"]
@@ -279,9 +280,9 @@ def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch
 @torch.no_grad()
 def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
     """The attention weights of a :class:`~attention_course.language_model.TorchGPT` for ``ids (B, T)``:
-    ``(n_layers, B, n_heads, T, T)``, recomputed from each block's fused query/key projection (its kernel,
-    ``F.scaled_dot_product_attention``, never forms them). The model runs in eval mode and is given back in the
-    mode it came in.
+    ``(n_layers, B, n_heads, T, T)``, recomputed from each block's fused query/key projection, with its rotary
+    positions when it has them (its kernel, ``F.scaled_dot_product_attention``, never forms the weights). The
+    model runs in eval mode and is given back in the mode it came in.
 
     Raises:
         ValueError: if ``model`` is not a TorchGPT-like model (``sizes``, ``blocks``, ``blocks[i].attn.qkv``).
@@ -289,8 +290,7 @@ def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
     if not hasattr(model, "blocks") or not hasattr(model, "sizes"):
         raise ValueError(f"gpt_attention reads a TorchGPT, got {type(model).__name__}")
     sizes, seen = model.sizes, []
-    hooks = [block.attn.register_forward_hook(lambda module, args, out: seen.append(args[0]))
-             for block in model.blocks]  # args[0]: the block's input to attention, LN_1(x), (B, T, d_model)
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args: seen.append(args)) for block in model.blocks]
     mode = model.training
     model.eval()
     try:
@@ -300,16 +300,18 @@ def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
             hook.remove()
         model.train(mode)
     maps = []
-    for block, x in zip(model.blocks, seen, strict=True):
+    for block, (x, _, _, mask, rotary) in zip(model.blocks, seen, strict=True):  # x: LN_1 of the block's input
         b, t, _ = x.shape
         q, k, _ = block.attn.qkv(x).split([sizes.n_heads * sizes.d_head, sizes.n_kv_heads * sizes.d_head,
                                            sizes.n_kv_heads * sizes.d_head], dim=-1)
         q = q.view(b, t, sizes.n_heads, sizes.d_head).transpose(1, 2)  # (B, H, T, d_head)
         k = k.view(b, t, sizes.n_kv_heads, sizes.d_head).transpose(1, 2)  # (B, H_kv, T, d_head)
+        if rotary is not None:  # the block turns its queries and keys by their positions
+            q, k = _rotate(q, *rotary), _rotate(k, *rotary)
         k = k.repeat_interleave(sizes.n_heads // sizes.n_kv_heads, dim=1)  # each query head's key head
         scores = q @ k.transpose(-2, -1) / math.sqrt(sizes.d_head)  # (B, H, T, T)
-        maps.append(scores.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
-                    .softmax(dim=-1))
+        allowed = torch.ones(t, t, dtype=torch.bool, device=x.device).tril() if mask is None else mask
+        maps.append(scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1))
     return torch.stack(maps)
 
 

@@ -1,10 +1,16 @@
 """Chapter 7's text: Python's own help pages, read one character at a time.
 
-The standard library ships the text of ``help("topics")`` in ``pydoc_data.topics``: about 0.8 MB of English
-prose and code examples, the same on every machine that has Python, so nothing is downloaded. A
-:class:`CharCorpus` numbers its characters and cuts it into a training part and a held-out part; ``batch``
-draws ``(inputs, targets)`` windows, the targets being the inputs shifted by one character (next-token
-prediction).
+The text of ``help("topics")`` (``help("for")``, ``help("LISTS")``, ...) ships with every Python in
+``pydoc_data.topics``, but every Python release regenerates it: Python 3.11's differs from Colab's. So the
+course ships one fixed snapshot beside this module, ``python_help.txt.gz`` (Python 3.11.7's topics, sorted by
+name, 464,970 characters, 103 distinct, 134 KB compressed), and checks it against its SHA-256 when it is read:
+every learner, the book and the grader see the same characters. The text is the Python documentation's, under
+the Python Software Foundation License.
+
+A :class:`CharCorpus` numbers the characters and cuts the text into a training part and a held-out part by
+interleaved chunks (every tenth chunk of 2,000 characters is held out), so that both parts mix the same
+topics; ``batch`` draws ``(inputs, targets)`` windows, the targets being the inputs shifted by one character
+(next-token prediction).
 
 >>> corpus = CharCorpus.python_help()
 >>> corpus.decode(corpus.encode("attention"))
@@ -13,38 +19,70 @@ prediction).
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import math
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import Tensor
 
+#: The snapshot of the help pages and the SHA-256 of its text (UTF-8): made once, on Python 3.11.7, with
+#: ``gzip.compress("".join(topics[n] for n in sorted(topics)).encode(), 9, mtime=0)``.
+SNAPSHOT = Path(__file__).with_name("python_help.txt.gz")
+SNAPSHOT_SHA256 = "37d06970fc926e60c16dff401e441b84752446a36b6b64516c229fdec77e992c"
+
 
 def python_help_text() -> str:
-    """The text of every topic of Python's ``help()``, in a fixed order (the topics sorted by name)."""
-    from pydoc_data.topics import topics
+    """The text of every topic of Python's ``help()`` (Python 3.11.7's, topics sorted by name), from the snapshot
+    shipped with this package, the same on every machine.
 
-    return "".join(topics[name] for name in sorted(topics))
+    Raises:
+        ValueError: if the snapshot's text is not the one the course was written for (its SHA-256 differs).
+    """
+    data = gzip.decompress(SNAPSHOT.read_bytes())
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != SNAPSHOT_SHA256:
+        raise ValueError(f"{SNAPSHOT.name} has SHA-256 {digest}, not {SNAPSHOT_SHA256}: the snapshot of the help "
+                         "pages was changed or damaged; reinstall the course's helper package")
+    return data.decode("utf-8")
 
 
 class CharCorpus:
     """A text as character ids: ``vocab`` is its sorted characters, ``ids`` the text, ``train`` and ``held_out``
-    the first ``1 - held_out_share`` of it and the rest.
+    its two parts.
+
+    The text is cut into chunks of ``chunk`` characters; a ``held_out_share`` of them, spread evenly through the
+    text (with the default 0.1, every tenth chunk), are joined into ``held_out``, the others into ``train``. An
+    interleaved split keeps both parts a mix of the same kinds of text; holding out the end of the text would
+    hold out other topics, which can be easier or harder than the rest.
 
     Args:
         text: at least two characters.
-        held_out_share: the share of the text kept for measuring, from its end, in ``[0, 1)``.
+        held_out_share: the share of the chunks kept for measuring, in ``[0, 1)``.
+        chunk: characters per chunk, at least 1; the text must have enough chunks for one to be held out.
     """
 
-    def __init__(self, text: str, held_out_share: float = 0.1) -> None:
+    def __init__(self, text: str, held_out_share: float = 0.1, chunk: int = 2000) -> None:
         if len(text) < 2:
             raise ValueError(f"a corpus needs at least two characters, got {len(text)}")
         if not 0 <= held_out_share < 1:
             raise ValueError(f"held_out_share must be in [0, 1), got {held_out_share}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1 character, got {chunk}")
         self.vocab: list[str] = sorted(set(text))  # id -> character
         self.index: dict[str, int] = {c: i for i, c in enumerate(self.vocab)}  # character -> id
         self.ids = torch.tensor(self.encode(text))  # (N,)
-        split = int(len(self.ids) * (1 - held_out_share))
-        self.train, self.held_out = self.ids[:split], self.ids[split:]
+        pieces = self.ids.split(chunk)  # chunks of `chunk` ids, the last one shorter
+        # chunk i is held out when (i + 1) · share reaches the next whole number: with 0.1, chunks 9, 19, 29, ...
+        reached = [math.floor(i * held_out_share + 1e-9) for i in range(len(pieces) + 1)]  # 1e-9: 30 · 0.1 is 3.0...04
+        held = [reached[i + 1] > reached[i] for i in range(len(pieces))]
+        if held_out_share > 0 and not any(held):
+            raise ValueError(f"a text of {len(text)} characters has {len(pieces)} chunks of {chunk}: too few to hold "
+                             f"out a share of {held_out_share}; pass a smaller chunk")
+        self.train = torch.cat([p for p, h in zip(pieces, held, strict=True) if not h])
+        self.held_out = torch.cat([p for p, h in zip(pieces, held, strict=True) if h]) if any(held) else self.ids[:0]
 
     @classmethod
     def python_help(cls, held_out_share: float = 0.1) -> CharCorpus:

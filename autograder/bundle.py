@@ -212,6 +212,9 @@ dependencies = ["torch", "numpy", "matplotlib"]
 
 [tool.setuptools]
 packages = ["attention_course"]
+
+[tool.setuptools.package-data]
+attention_course = ["python_help.txt.gz"]
 """
 
 GITIGNORE = """.venv/

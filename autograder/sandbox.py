@@ -199,8 +199,8 @@ def platform_advice(readings: dict[str, object]) -> list[str]:
     advice = []
     if readings.get("apparmor_restrict") == "1":
         advice.append("This kernel's AppArmor restricts unprivileged user namespaces (Ubuntu 23.10 and later): "
-                      "install Ubuntu's AppArmor profile for bwrap (`apt-get install apparmor-profiles`, then "
-                      "`apparmor_parser -r /etc/apparmor.d/bwrap-userns-restrict`) or allow them for all "
+                      "load an AppArmor profile for bwrap (Ubuntu's bwrap-userns-restrict, from the "
+                      "apparmor-profiles package: `apparmor_parser -r` on it) or allow them for all "
                       "(`sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`).")
     if readings.get("unprivileged_clone") == "0":
         advice.append("This kernel forbids unprivileged user namespaces: "

@@ -1,6 +1,7 @@
 """Chapter 7's speed-ups, measured: the KV cache, the online softmax, grouped-query attention.
 
-Three tables, from the course's reference ``solutions/gpt.py`` (a course-side script, like ``reference.py``):
+Three tables from the course's reference ``solutions/gpt.py`` (a course-side script, like ``reference.py``), and
+a fourth of published configurations:
 
 1. **Generation with and without the KV cache.** A freshly initialised small GPT (``--d-model`` 128, 4 heads,
    4 layers, ``d_ff`` 512) extends a 16-token prompt by ``N`` tokens with ``generate(use_cache=True)`` and
@@ -24,12 +25,16 @@ Three tables, from the course's reference ``solutions/gpt.py`` (a course-side sc
      operators return and missed them).
 
    The inputs and the causal mask, ``(T, T)`` booleans, exist before the call and are not counted. The
-   table also gives each path's largest difference from ``F.scaled_dot_product_attention`` in float32.
+   table also gives each path's largest difference from a float64 reference computed once per length
+   (``reference_attention``), independent of all three.
 
-3. **KV-cache size with and without sharing.** ``2 · n_layers · B · n_kv_heads · T · d_head`` elements (keys
-   and values) for ``n_kv_heads = n_heads`` (multi-head), ``n_heads / 4`` (grouped-query) and 1
-   (multi-query). The first configuration is the benchmark's own GPT, whose cache is filled and measured
-   (``KVCache.nbytes()``) and must equal the formula; the others are the formula for well-known sizes.
+3. **KV-cache size with and without sharing.** The bytes the allocator still holds after the benchmark's
+   GPT has read ``T`` tokens into a fresh ``KVCache`` (``attention_course.benchmark_generation.held_bytes``),
+   for ``n_kv_heads = n_heads`` (multi-head), ``n_heads / 4`` (grouped-query) and 1 (multi-query), against
+   the formula ``2 · n_layers · B · n_kv_heads · T · d_head`` elements.
+
+4. **Published configurations** (``MODELS``): the cache per token and at the model's full context, the
+   weights, and the batch × context at which the cache outweighs the weights, in 16-bit numbers.
 
 Goals, checked at the end (exit status 1 if one is missed): at 512 new tokens the cache makes generation at
 least 5× faster, and at ``T = 4096`` the online softmax peaks at no more than a tenth of full attention's
@@ -57,11 +62,12 @@ from torch import Tensor
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
 from attention_course.benchmark_generation import (  # noqa: E402
-    KNOWN_SIZES,
     attention_memory,
-    cache_table,
     generation_speed,
+    held_bytes,
+    kv_cache_bytes,
     memory_table,
+    models_table,
     sdpa_attention,
     speed_table,
 )
@@ -101,12 +107,20 @@ def memory_rows(args: argparse.Namespace, device: torch.device):
 
 
 def measured_cache(args: argparse.Namespace, device: torch.device, n_kv_heads: int, t: int) -> int:
-    """``KVCache.nbytes()`` after the benchmark's GPT (with ``n_kv_heads``) has read ``t`` tokens."""
+    """The bytes the allocator still holds after the benchmark's GPT (with ``n_kv_heads``) has read ``t`` tokens
+    into a fresh ``KVCache``, one token at a time (so that every step's ``torch.cat`` copy comes and goes)."""
     model = small_gpt(args, device, t, n_kv_heads)
-    cache = KVCache(model.config.n_layers)
-    with torch.no_grad():
-        model(torch.zeros(args.batch, t, dtype=torch.long, device=device), cache)
-    return cache.nbytes()
+    tokens = torch.zeros(args.batch, t, dtype=torch.long, device=device)
+
+    def fill() -> KVCache:
+        cache = KVCache(model.config.n_layers)
+        with torch.no_grad():
+            for i in range(t):
+                model(tokens[:, i:i + 1], cache)
+        return cache
+
+    held, _ = held_bytes(fill, device)
+    return held
 
 
 def goals(speed, memory, args: argparse.Namespace) -> list[str]:
@@ -167,11 +181,17 @@ def main(argv: list[str] | None = None) -> int:
           f"(block {args.block}) vs SDPA; peak memory above the inputs", flush=True)
     memory = memory_rows(args, device)
     print(memory_table(memory), flush=True)
-    print("\n3. KV-cache size of one sequence (keys and values of every layer)", flush=True)
-    t = 256 if args.quick else 1024
-    mine = ("this GPT, fp32 (KVCache.nbytes() measured)", args.layers, args.heads, args.d_model // args.heads, t, 4,
-            lambda n_kv: measured_cache(args, device, n_kv, t) // args.batch)
-    print(cache_table([mine, *(row + (None,) for row in KNOWN_SIZES)]))
+    t = 128 if args.quick else 512
+    print(f"\n3. KV-cache size of {args.batch} sequence(s) of {t} positions, fp32: held by the allocator after the "
+          "GPT has read them one at a time, against the formula", flush=True)
+    d_head = args.d_model // args.heads
+    for n_kv in dict.fromkeys((args.heads, max(args.heads // 4, 2), 1)):
+        measured, formula = measured_cache(args, device, n_kv, t), kv_cache_bytes(args.layers, n_kv, d_head, t,
+                                                                                    args.batch)
+        print(f"  {n_kv} key/value head(s): measured {measured:,} bytes, formula {formula:,}"
+              f"{'' if measured == formula else f' (differs by {measured - formula:+,})'}", flush=True)
+    print("\n4. Published configurations, 16-bit numbers", flush=True)
+    print(models_table())
     met = goals(speed, memory, args)
     if met:
         print("\ngoals:\n" + "\n".join(f"  {line}" for line in met))

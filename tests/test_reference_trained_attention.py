@@ -247,9 +247,11 @@ def test_attention_maps_are_causal_distributions_and_the_hook_sees_the_heads() -
     assert seen == [torch.Size([2, 3, 12, 4])]
 
 
-def test_gpt_attention_recomputes_what_the_fused_kernel_attends() -> None:
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_gpt_attention_recomputes_what_the_fused_kernel_attends(positions) -> None:
     torch.manual_seed(0)
-    model = TorchGPT(LMSizes(vocab=13, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2)).eval()
+    model = TorchGPT(LMSizes(vocab=13, context=16, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2,
+                             positions=positions)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(std=0.5)
