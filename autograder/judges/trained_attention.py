@@ -9,6 +9,7 @@ learner is told which mistake it looks like.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -242,17 +243,34 @@ register("ablate_head_contract", _judge_ablate_contract)
 
 # ================================================================ repeat_loss
 
+#: What the reference computes on the tiny model for each fixed case, computed once per process: the grader judges
+#: a whole class against the same values, and these forward passes were most of this chapter's judging time.
+_ONCE: dict[tuple, Tensor] = {}
+
+
+def _once(compute: Callable[[], Tensor], *inputs: Any) -> Tensor:
+    """``compute()``, remembered under ``inputs`` (compared by value: tensors by their shape and bytes)."""
+    key = (compute.__name__, *((tuple(x.shape), x.numpy().tobytes()) if isinstance(x, Tensor) else x for x in inputs))
+    if key not in _ONCE:
+        _ONCE[key] = compute()
+    return _ONCE[key]
+
+
 def _eval_logits(tokens: Tensor, layer: int | None = None, head: int | None = None,
                  mean: Tensor | None = None) -> Tensor:
     """The tiny model's logits in eval mode, with the head ablated by the reference when ``layer`` is given."""
-    model = tiny_model(training=False)
-    hook = None if layer is None else model.layers[layer].hook_heads.register_forward_hook(
-        lambda module, inputs, z: ref.ablate_head(z, head, mean))
-    with torch.no_grad():
-        logits = model(tokens)
-    if hook is not None:
-        hook.remove()
-    return logits
+
+    def logits() -> Tensor:
+        model = tiny_model(training=False)
+        hook = None if layer is None else model.layers[layer].hook_heads.register_forward_hook(
+            lambda module, inputs, z: ref.ablate_head(z, head, mean))
+        with torch.no_grad():
+            out = model(tokens)
+        if hook is not None:
+            hook.remove()
+        return out
+
+    return _once(logits, tokens, layer, head, mean)
 
 
 def _loss(logits: Tensor, tokens: Tensor, first: int, shift: int = 1) -> Tensor:
@@ -312,11 +330,15 @@ def _judge_repeat_one(out: Any, tokens: Tensor, period: int, *ablation: Any) -> 
         raise Mistake(f"{what} gave {first.item():.6g}, then {second.item():.6g} on the same model and tokens: the "
                       f"model ran in training mode, where dropout changes every pass; call model.eval() before "
                       f"running it", TRAINING_MODE)
-    model = tiny_model()
     layer, head, mean = (*ablation, None, None, None)[:3]
-    site = () if layer is None else (model.layers[layer].hook_heads, head, mean)
-    expected = ref.repeat_loss(model, tokens, period, *site)
-    judge_tensor(first, expected.double(), what, _repeat_suspects(tokens, period, *ablation), atol=1e-5, rtol=1e-5)
+
+    def reference() -> Tensor:
+        model = tiny_model()
+        site = () if layer is None else (model.layers[layer].hook_heads, head, mean)
+        return ref.repeat_loss(model, tokens, period, *site).double()
+
+    expected = _once(reference, tokens, period, layer, head, mean)
+    judge_tensor(first, expected, what, _repeat_suspects(tokens, period, *ablation), atol=1e-5, rtol=1e-5)
 
 
 def _judge_repeat(check: Any) -> Any:
