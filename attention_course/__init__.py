@@ -4,7 +4,8 @@
   failure message says what went wrong and what to look at.
 - :mod:`attention_course.checking` — the checks of the book's narrative cells: one
   printed line for the reader, an error that stops the build when a claim is false.
-- :mod:`attention_course.plots` — heatmaps of attention weights and masks.
+- :mod:`attention_course.plots` — heatmaps of attention weights and masks, one map or a
+  grid of heads on one fixed colour scale.
 - :mod:`attention_course.data` — the small example sentences and seeded toy
   embeddings the chapters use.
 - :mod:`attention_course.tasks` — data made in code for Chapter 6: copy, reverse,
@@ -27,6 +28,9 @@
   (fused attention, learned or rotary positions, a preallocated key/value buffer,
   left-padded batches, beam search, mean-pooling key/value heads), so Chapter 7
   trains and generates without your solutions.
+- :mod:`attention_course.induction` — Chapter 8's task (random spans that repeat at
+  random places) and a small attention-only transformer whose heads' outputs pass
+  through a hook point, its trainer, and the attention weights of Chapter 7's model.
 - :mod:`attention_course.benchmark_generation` — Chapter 7's measurements: cached
   against uncached generation, prefill against decode, the peak memory of an
   attention function (yours too), the key/value cache's bytes as the allocator

@@ -17,6 +17,18 @@ def _as_2d(x: torch.Tensor | np.ndarray, what: str) -> np.ndarray:
     return a
 
 
+def _check_scale(a: np.ndarray, vmin: float | None, vmax: float | None) -> None:
+    """Refuse values that a fixed colour scale ``[vmin, vmax]`` would clip."""
+    finite = a[np.isfinite(a)]
+    if vmin is not None and vmax is not None and not vmin < vmax:
+        raise ValueError(f"the colour scale needs vmin < vmax, got vmin={vmin}, vmax={vmax}")
+    tolerance = 1e-6  # float32 rounding: a softmax row can hold 1.0000001
+    if finite.size and ((vmin is not None and finite.min() < vmin - tolerance)
+                        or (vmax is not None and finite.max() > vmax + tolerance)):
+        raise ValueError(f"values from {finite.min():.3g} to {finite.max():.3g} do not fit the fixed colour scale "
+                         f"[{vmin}, {vmax}]; weights lie in [0, 1], and scores need vmin=None, vmax=None")
+
+
 def plot_attention(
     weights: torch.Tensor | np.ndarray,
     queries: Sequence[str] | None = None,
@@ -42,14 +54,7 @@ def plot_attention(
     for labels, n, name in ((queries, t_q, "queries"), (keys, t_k, "keys")):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{len(labels)} {name} labels for an axis of length {n}")
-    finite = a[np.isfinite(a)]
-    if vmin is not None and vmax is not None and not vmin < vmax:
-        raise ValueError(f"the colour scale needs vmin < vmax, got vmin={vmin}, vmax={vmax}")
-    tolerance = 1e-6  # float32 rounding: a softmax row can hold 1.0000001
-    if finite.size and ((vmin is not None and finite.min() < vmin - tolerance)
-                        or (vmax is not None and finite.max() > vmax + tolerance)):
-        raise ValueError(f"values from {finite.min():.3g} to {finite.max():.3g} do not fit the fixed colour scale "
-                         f"[{vmin}, {vmax}]; weights lie in [0, 1], and scores need vmin=None, vmax=None")
+    _check_scale(a, vmin, vmax)
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.55 * t_k, 0.8 + 0.5 * t_q))
     shown = np.ma.masked_invalid(np.where(np.isneginf(a), np.nan, a))
@@ -100,3 +105,45 @@ def plot_mask(mask: torch.Tensor | np.ndarray, ax: Axes | None = None, title: st
     if title:
         ax.set_title(title)
     return ax
+
+
+def plot_head_grid(
+    maps: torch.Tensor | np.ndarray,
+    tokens: Sequence[str] | None = None,
+    titles: Sequence[Sequence[str]] | None = None,
+    row_labels: Sequence[str] | None = None,
+    cell: float = 2.4,
+    cmap: str = "viridis",
+) -> plt.Figure:
+    """A grid of self-attention maps ``(rows, cols, T, T)`` (e.g. layers × heads), all on the fixed 0–1 colour
+    scale of :func:`plot_attention`, with one colour bar for the whole grid.
+
+    ``tokens`` label the queries (on the first column) and the keys (on the last row); ``titles[r][c]`` names each
+    map; ``row_labels`` name the rows. Raises ValueError for maps that are not 4-D or do not fit the 0–1 scale.
+    """
+    a = maps.detach().cpu().to(torch.float64).numpy() if isinstance(maps, torch.Tensor) else np.asarray(maps, float)
+    if a.ndim != 4:
+        raise ValueError(f"maps must be (rows, cols, T_q, T_k), got shape {a.shape}")
+    _check_scale(a, 0.0, 1.0)
+    rows, cols, t_q, t_k = a.shape
+    if tokens is not None and len(tokens) != t_k:
+        raise ValueError(f"{len(tokens)} token labels for maps of {t_k} keys")
+    fig, axes = plt.subplots(rows, cols, figsize=(cell * cols + 0.8, cell * rows), squeeze=False,
+                             layout="constrained")
+    size = 6 if t_k > 16 else 8
+    for r in range(rows):
+        for c in range(cols):
+            ax = axes[r, c]
+            image = ax.imshow(a[r, c], cmap=cmap, aspect="auto", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(t_k) if r == rows - 1 and tokens is not None else [])
+            ax.set_yticks(range(t_q) if c == 0 and tokens is not None else [])
+            if tokens is not None and r == rows - 1:
+                ax.set_xticklabels(tokens, fontsize=size, rotation=90)
+            if tokens is not None and c == 0:
+                ax.set_yticklabels(tokens[:t_q], fontsize=size)
+            if titles is not None:
+                ax.set_title(titles[r][c], fontsize=9)
+            if row_labels is not None and c == 0:
+                ax.set_ylabel(row_labels[r])
+    fig.colorbar(image, ax=axes, fraction=0.02, pad=0.01, label="attention weight")
+    return fig

@@ -89,6 +89,9 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(7, "A GPT that writes: sampling, a KV cache, online softmax, grouped-query attention", "07_gpt", "gpt",
             ("sample_next", "merge_states", "online_softmax_attention", "KVCache", "GroupedQueryAttention", "GPTBlock",
              "GPT", "generate")),
+    Chapter(8, "What trained attention does", "08_trained_attention",
+            "trained_attention",
+            ("attention_entropy", "previous_token_score", "induction_score", "ablate_head", "repeat_loss")),
 )
 
 

@@ -37,3 +37,18 @@ def test_labels_read_on_their_cell() -> None:
     ax = plot_attention(torch.tensor([[0.0, 1.0]]), cmap="gray")  # black cell, then white cell
     assert [t.get_color() for t in ax.texts] == ["white", "black"]
     plt.close(ax.figure)
+
+
+def test_a_grid_of_heads_shares_the_fixed_scale_and_one_colour_bar() -> None:
+    from attention_course.plots import plot_head_grid
+
+    maps = torch.rand(2, 3, 5, 5).softmax(dim=-1)
+    with pytest.raises(ValueError, match="fixed colour scale"):
+        plot_head_grid(maps + 1.0)
+    fig = plot_head_grid(maps, tokens=list("abcde"), titles=[["h0", "h1", "h2"]] * 2, row_labels=["L0", "L1"])
+    images = [ax.get_images()[0] for ax in fig.axes if ax.get_images()]
+    assert len(images) == 6 and {(i.norm.vmin, i.norm.vmax) for i in images} == {(0.0, 1.0)}
+    assert len(fig.axes) == 7, "one colour bar for the grid"
+    with pytest.raises(ValueError, match="rows, cols"):
+        plot_head_grid(maps[0])
+    plt.close(fig)

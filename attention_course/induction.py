@@ -1,0 +1,404 @@
+"""Chapter 8's model and task: a small attention-only transformer that learns to copy a repeated span.
+
+:class:`RepeatTask` makes sequences of random tokens in which a random span, of random length, occurs twice, at
+random places. Nothing in a single sequence can be predicted except the second occurrence: once its first token
+is seen, each next token is the one that followed the same token the first time. A model that learns this has
+an **induction head** (Elhage et al. 2021, Olsson et al. 2022): a head that finds the earlier occurrence of the
+current token and copies what came after it. Because the span's length and place vary, position alone cannot
+tell where to look; content must.
+
+:class:`AttentionOnly` is a transformer with attention layers and nothing else (no feed-forward networks, no
+LayerNorm): token embedding, ``n_layers`` residual attention layers, and an output layer. Each head's output
+``z (B, n_heads, T, d_head)`` passes through the module ``hook_heads`` of its layer, an ``nn.Identity``, before
+the output projection mixes the heads, so that a forward hook can read or replace it; each layer keeps its last
+attention weights when asked (:meth:`AttentionOnly.attention_maps`).
+
+Positions are ``"relative"`` by default: a learned bias per head and per distance ``i - j`` is added to the
+scores (as T5 does; ALiBi fixes it instead of learning it), so "attend to the token just before" is one number
+per head. ``"learned"`` adds learned absolute position embeddings to the tokens instead (Chapters 5 to 7).
+
+:func:`train_induction` trains a model on the task, scoring only the positions whose next token can be copied, and
+:func:`formed_at` reads from its history the step where the copy loss fell below half the uniform guess. The
+command line measures that step for the chapter's set-up and for one change of it at a time, over seeds:
+``python -m attention_course.induction --seeds 0 1 2 3 4 --steps 400``.
+:func:`gpt_attention` reads the attention weights of Chapter 7's :class:`~attention_course.language_model.TorchGPT`,
+whose fused kernel does not return them.
+
+Nothing here computes an attention score of a head or ablates one: those are the chapter's exercises.
+
+>>> task = RepeatTask(vocab=16, length=24, shortest=4, longest=8)
+>>> ids, copyable = task.batch(2, torch.Generator().manual_seed(0))
+>>> ids.shape, copyable.shape
+(torch.Size([2, 24]), torch.Size([2, 24]))
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attention_course.benchmark_attention import write_csv
+from attention_course.language_model import _rotate  # how TorchGPT turns its queries and keys, for gpt_attention
+
+__all__ = ["RepeatTask", "repeated_tokens", "AttentionOnlySizes", "AttentionLayer", "AttentionOnly",
+           "InductionHistory", "train_induction", "formed_at", "gpt_attention", "VARIANTS", "main"]
+
+
+@dataclass(frozen=True)
+class RepeatTask:
+    """Sequences of ``length`` random tokens in which one span of ``shortest`` to ``longest`` tokens occurs twice.
+
+    The span's length is drawn uniformly; its first occurrence starts anywhere it fits, its second anywhere after
+    the first has ended. Position ``t`` is *copyable* when the token at ``t + 1`` belongs to the second occurrence
+    and is not its first token: the positions a model can predict, and the only ones :func:`train_induction`
+    scores (the other tokens are random, and their loss can only stay at ``ln vocab``).
+    """
+
+    vocab: int = 64  # number of token ids
+    length: int = 64  # tokens per sequence, T
+    shortest: int = 8  # the shortest span
+    longest: int = 24  # the longest span; two of them must fit in `length`
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.shortest <= self.longest or 2 * self.longest > self.length or self.vocab < 2:
+            raise ValueError(f"need vocab >= 2 and 2 <= shortest <= longest <= length / 2; got vocab={self.vocab}, "
+                             f"shortest={self.shortest}, longest={self.longest}, length={self.length}")
+
+    def batch(self, size: int, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """``ids (size, T)`` and ``copyable (size, T)``: True where the next token is a copy the model can predict."""
+        if size < 1:
+            raise ValueError(f"a batch needs at least one sequence, got size={size}")
+        t = self.length
+        ids = torch.randint(0, self.vocab, (size, t), generator=generator)  # (B, T)
+        span = torch.randint(self.shortest, self.longest + 1, (size, 1), generator=generator)  # (B, 1)
+        first = (torch.rand(size, 1, generator=generator) * (t - 2 * span + 1)).long()  # (B, 1): fits twice after it
+        second = first + span + (torch.rand(size, 1, generator=generator) * (t - first - 2 * span + 1)).long()
+        where = torch.arange(t)  # (T,)
+        inside = (where >= second) & (where < second + span)  # (B, T): the second occurrence
+        source = torch.where(inside, where - second + first, where)  # (B, T): copy from the first occurrence
+        copyable = (where >= second) & (where < second + span - 1)  # (B, T): the next token is in the copy
+        return ids.gather(1, source), copyable
+
+
+def repeated_tokens(batch: int, period: int, vocab: int, generator: torch.Generator | None = None) -> Tensor:
+    """The standard test of an induction head: ``period`` random tokens, then the same tokens again,
+    ``(batch, 2 * period)``. Position ``i >= period`` repeats position ``i - period``."""
+    if batch < 1 or period < 1 or vocab < 2:
+        raise ValueError(f"need batch >= 1, period >= 1 and vocab >= 2; got {batch}, {period}, {vocab}")
+    first = torch.randint(0, vocab, (batch, period), generator=generator)  # (B, P)
+    return torch.cat([first, first], dim=1)  # (B, 2P)
+
+
+@dataclass
+class AttentionOnlySizes:
+    """The sizes of an :class:`AttentionOnly` model."""
+
+    vocab: int  # number of token ids
+    context: int = 64  # longest sequence (rows of the position table, or distances of the bias)
+    d_model: int = 64  # width of the residual stream; n_heads must divide it
+    n_heads: int = 4  # heads per attention layer
+    n_layers: int = 2  # attention layers
+    positions: str = "relative"  # "relative": a learned bias per head and distance; "learned": absolute embeddings
+    dropout: float = 0.0  # dropout on the attention weights, in training mode only
+
+    def __post_init__(self) -> None:
+        sizes = {k: getattr(self, k) for k in ("vocab", "context", "d_model", "n_heads", "n_layers")}
+        if min(sizes.values()) < 1 or self.d_model % self.n_heads:
+            raise ValueError(f"every size must be at least 1 and n_heads must divide d_model; got {sizes}")
+        if self.positions not in ("relative", "learned"):
+            raise ValueError(f"positions must be 'relative' or 'learned', got {self.positions!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+class AttentionLayer(nn.Module):
+    """Causal multi-head self-attention whose heads' outputs pass through ``hook_heads`` before ``w_o`` mixes them.
+
+    ``x (B, T, d_model)`` → ``(B, T, d_model)``, what the layer adds to the residual stream. With ``relative``
+    positions, ``distance_bias[h, i - j]`` is added to head ``h``'s score of query ``i`` for key ``j``. With
+    ``keep_weights`` set, the last call's weights stay in ``weights`` ``(B, n_heads, T, T)``.
+    """
+
+    def __init__(self, sizes: AttentionOnlySizes) -> None:
+        super().__init__()
+        if not isinstance(sizes, AttentionOnlySizes):
+            raise ValueError(f"AttentionLayer takes an AttentionOnlySizes, got {type(sizes).__name__}")
+        self.n_heads, self.d_head = sizes.n_heads, sizes.d_head
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(sizes.d_model, sizes.d_model, bias=False)
+                                                  for _ in range(4))
+        relative = sizes.positions == "relative"
+        self.distance_bias = nn.Parameter(torch.zeros(sizes.n_heads, sizes.context)) if relative else None
+        self.drop = nn.Dropout(sizes.dropout)
+        self.hook_heads = nn.Identity()  # z (B, n_heads, T, d_head) passes here: hook it to read or replace it
+        self.keep_weights = False
+        self.weights: Tensor | None = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = (w(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, T, d) -> (B, H, T, d_head)
+                   for w in (self.w_q, self.w_k, self.w_v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, T)
+        where = torch.arange(t, device=x.device)
+        distance = where[:, None] - where[None, :]  # (T, T): i - j, negative above the diagonal
+        if self.distance_bias is not None:
+            scores = scores + self.distance_bias[:, distance.clamp(min=0)]  # (H, T, T), broadcast over B
+        scores = scores.masked_fill(distance < 0, float("-inf"))  # causal: key j <= query i
+        weights = scores.softmax(dim=-1)
+        if self.keep_weights:
+            self.weights = weights.detach()
+        z = self.hook_heads(self.drop(weights) @ v)  # (B, H, T, T) @ (B, H, T, d_head) -> (B, H, T, d_head)
+        return self.w_o(z.transpose(1, 2).reshape(b, t, d))  # (B, H, T, d_head) -> (B, T, d_model)
+
+
+class AttentionOnly(nn.Module):
+    """An attention-only transformer: ``ids (B, T)`` → next-token ``logits (B, T, V)``.
+
+    ``x = embed(ids) (+ pos_embed)``, then ``x = x + layer(x)`` for each of ``layers``, then ``unembed(x)``: no
+    feed-forward network and no LayerNorm, so everything the model does is attention and the residual stream.
+    """
+
+    def __init__(self, sizes: AttentionOnlySizes) -> None:
+        super().__init__()
+        if not isinstance(sizes, AttentionOnlySizes):
+            raise ValueError(f"AttentionOnly takes an AttentionOnlySizes, got {type(sizes).__name__}")
+        self.sizes = sizes
+        self.embed = nn.Embedding(sizes.vocab, sizes.d_model)
+        self.pos_embed = nn.Embedding(sizes.context, sizes.d_model) if sizes.positions == "learned" else None
+        self.layers = nn.ModuleList(AttentionLayer(sizes) for _ in range(sizes.n_layers))
+        self.unembed = nn.Linear(sizes.d_model, sizes.vocab, bias=False)
+        for p in self.parameters():  # embeddings, projections and distance biases: no LayerNorm rescales them
+            if p.dim() == 2:
+                nn.init.normal_(p, std=sizes.d_model**-0.5)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """Raises ValueError if ``ids`` is not ``(B, T)`` integers with ``T <= context``."""
+        if ids.dim() != 2 or ids.is_floating_point() or not 1 <= ids.shape[1] <= self.sizes.context:
+            raise ValueError(f"ids must be integer token ids (B, T) with 1 <= T <= context={self.sizes.context}, "
+                             f"got {ids.dtype} {tuple(ids.shape)}")
+        x = self.embed(ids)  # (B, T, d_model)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed(torch.arange(ids.shape[1], device=ids.device))
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.unembed(x)  # (B, T, V)
+
+    @torch.no_grad()
+    def attention_maps(self, ids: Tensor) -> Tensor:
+        """The attention weights of every layer for ``ids (B, T)``: ``(n_layers, B, n_heads, T, T)``, in eval mode
+        (the model is given back in the mode it came in)."""
+        mode = self.training
+        self.eval()
+        for layer in self.layers:
+            layer.keep_weights = True
+        try:
+            self(ids)
+            return torch.stack([layer.weights for layer in self.layers])
+        finally:
+            for layer in self.layers:
+                layer.keep_weights, layer.weights = False, None
+            self.train(mode)
+
+
+@dataclass
+class InductionHistory:
+    """What :func:`train_induction` saw: the training loss of every step, and every ``every`` steps the loss on a
+    fixed batch of the task's copyable positions (in eval mode) and whatever ``measure(model)`` returned."""
+
+    train_loss: list[float] = field(default_factory=list)
+    eval_step: list[int] = field(default_factory=list)
+    copy_loss: list[float] = field(default_factory=list)
+    measured: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch_size: int = 32, lr: float = 1e-2,
+                    seed: int = 0, every: int = 25, measure: Callable[[AttentionOnly], Any] | None = None,
+                    eval_size: int = 256, scored: str = "copyable") -> InductionHistory:
+    """Train ``model`` on ``task`` with Adam at a constant ``lr``: each step a fresh batch, the cross-entropy of the
+    copyable positions only (``scored="copyable"``) or of every position (``scored="all"``, the usual language-model
+    loss). Every ``every`` steps (and at step 0, before any training) the loss on the copyable positions of one fixed
+    batch of ``eval_size`` sequences is recorded, with ``measure(model)`` when given (it runs without gradients, the
+    model in eval mode). The batches are drawn from ``seed``; the model's initial weights are the caller's.
+
+    Raises:
+        ValueError: if ``steps < 0``, ``batch_size``, ``every`` or ``eval_size`` is below 1, or ``scored`` is neither
+            "copyable" nor "all".
+    """
+    if steps < 0 or min(batch_size, every, eval_size) < 1 or scored not in ("copyable", "all"):
+        raise ValueError(f"need steps >= 0, batch_size, every, eval_size >= 1 and scored 'copyable' or 'all'; got "
+                         f"{steps}, {batch_size}, {every}, {eval_size}, {scored!r}")
+    draws = torch.Generator().manual_seed(seed)
+    eval_ids, eval_copyable = task.batch(eval_size, torch.Generator().manual_seed(seed + 10_000))
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    history, tic = InductionHistory(), time.perf_counter()
+
+    def copy_loss(ids: Tensor, copyable: Tensor) -> Tensor:
+        logits = model(ids)[:, :-1]  # (B, T - 1, V): position t predicts token t + 1
+        return F.cross_entropy(logits[copyable[:, :-1]], ids[:, 1:][copyable[:, :-1]])
+
+    def train_loss(ids: Tensor, copyable: Tensor) -> Tensor:
+        if scored == "copyable":
+            return copy_loss(ids, copyable)
+        return F.cross_entropy(model(ids)[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+
+    def record(step: int) -> None:
+        model.eval()
+        with torch.no_grad():
+            history.copy_loss.append(copy_loss(eval_ids, eval_copyable).item())
+            if measure is not None:
+                history.measured.append(measure(model))
+        history.eval_step.append(step)
+
+    record(0)
+    for step in range(1, steps + 1):
+        model.train()
+        loss = train_loss(*task.batch(batch_size, draws))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        history.train_loss.append(loss.item())
+        if step % every == 0 or step == steps:
+            record(step)
+    model.eval()
+    history.seconds = time.perf_counter() - tic
+    return history
+
+
+@torch.no_grad()
+def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
+    """The attention weights of a :class:`~attention_course.language_model.TorchGPT` for ``ids (B, T)``:
+    ``(n_layers, B, n_heads, T, T)``, recomputed from each block's fused query/key projection, with its rotary
+    positions when it has them (its kernel, ``F.scaled_dot_product_attention``, never forms the weights). The
+    model runs in eval mode and is given back in the mode it came in.
+
+    Raises:
+        ValueError: if ``model`` is not a TorchGPT-like model (``sizes``, ``blocks``, ``blocks[i].attn.qkv``).
+    """
+    if not hasattr(model, "blocks") or not hasattr(model, "sizes"):
+        raise ValueError(f"gpt_attention reads a TorchGPT, got {type(model).__name__}")
+    sizes, seen = model.sizes, []
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args: seen.append(args)) for block in model.blocks]
+    mode = model.training
+    model.eval()
+    try:
+        model(ids)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(mode)
+    maps = []
+    for block, (x, _, _, mask, rotary) in zip(model.blocks, seen, strict=True):  # x: LN_1 of the block's input
+        b, t, _ = x.shape
+        q, k, _ = block.attn.qkv(x).split([sizes.n_heads * sizes.d_head, sizes.n_kv_heads * sizes.d_head,
+                                           sizes.n_kv_heads * sizes.d_head], dim=-1)
+        q = q.view(b, t, sizes.n_heads, sizes.d_head).transpose(1, 2)  # (B, H, T, d_head)
+        k = k.view(b, t, sizes.n_kv_heads, sizes.d_head).transpose(1, 2)  # (B, H_kv, T, d_head)
+        if rotary is not None:  # the block turns its queries and keys by their positions
+            q, k = _rotate(q, *rotary), _rotate(k, *rotary)
+        k = k.repeat_interleave(sizes.n_heads // sizes.n_kv_heads, dim=1)  # each query head's key head
+        scores = q @ k.transpose(-2, -1) / math.sqrt(sizes.d_head)  # (B, H, T, T)
+        allowed = torch.ones(t, t, dtype=torch.bool, device=x.device).tril() if mask is None else mask
+        maps.append(scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1))
+    return torch.stack(maps)
+
+
+def formed_at(history: InductionHistory, vocab: int) -> int | None:
+    """The first recorded step at which the copy loss is below half the uniform guess, ``ln(vocab) / 2``: where the
+    circuit has formed. None if it never was."""
+    return next((step for step, loss in zip(history.eval_step, history.copy_loss, strict=True)
+                 if loss < math.log(vocab) / 2), None)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One set-up of the induction task: the model's sizes, the task and how it trains."""
+
+    sizes: AttentionOnlySizes
+    task: RepeatTask
+    lr: float = 1e-2
+    scored: str = "copyable"
+
+
+_TASK = RepeatTask(vocab=64, length=48, shortest=6, longest=18)
+_SIZES = AttentionOnlySizes(vocab=64, context=48, d_model=64, n_heads=4, n_layers=2)
+
+#: The chapter's set-up, and one change of it at a time: what each knob does to when (and whether) the circuit forms.
+VARIANTS: dict[str, Variant] = {
+    "chapter": Variant(_SIZES, _TASK),
+    "learned positions": Variant(replace(_SIZES, positions="learned"), _TASK),
+    "every position scored": Variant(_SIZES, _TASK, scored="all"),
+    "lr 3e-3": Variant(_SIZES, _TASK, lr=3e-3),
+    "fixed offset, learned positions": Variant(replace(_SIZES, positions="learned"),
+                                               replace(_TASK, shortest=24, longest=24)),
+}
+
+
+@dataclass
+class Run:
+    """One training run of :func:`main`: its variant and seed, the step where the copy loss fell below half the
+    uniform guess (None: never), the copy loss at the end, on its own task and on the chapter's, and its time."""
+
+    variant: str
+    seed: int
+    steps: int
+    formed_at: int | None
+    final_loss: float
+    chapter_task_loss: float
+    seconds: float
+
+
+def main(argv: Sequence[str] | None = None, default_out: str = "benchmark-results") -> int:
+    """The command line: train every variant of :data:`VARIANTS` chosen, for every seed; print a table; write
+    ``induction.csv`` (one row per run) to ``--out``.
+
+    ``python -m attention_course.induction --seeds 0 1 2 3 4 --steps 400``
+    """
+    parser = argparse.ArgumentParser(description="When does an induction head form? Train the chapter's "
+                                                 "attention-only model and its variants over seeds.")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1: the chapter's)")
+    parser.add_argument("--out", default=default_out, help="folder for induction.csv")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} thread(s); {args.steps} steps of 32 "
+          f"sequences; 'formed' is the first step (every 25) where the copy loss < ln(vocab) / 2", flush=True)
+    print(f"{'variant':<32} {'seed':>4} {'formed':>7} {'final loss':>11} {'on the chapter task':>20} {'s':>6}")
+    runs = []
+    for name in args.variants:
+        variant = VARIANTS[name]
+        for seed in args.seeds:
+            torch.manual_seed(seed)
+            model = AttentionOnly(variant.sizes)
+            history = train_induction(model, variant.task, steps=args.steps, lr=variant.lr, seed=seed,
+                                      scored=variant.scored)
+            ids, copyable = _TASK.batch(256, torch.Generator().manual_seed(10_000))
+            with torch.no_grad():
+                logits = model(ids)[:, :-1]
+                on_chapter = F.cross_entropy(logits[copyable[:, :-1]], ids[:, 1:][copyable[:, :-1]]).item()
+            run = Run(name, seed, args.steps, formed_at(history, variant.task.vocab), history.copy_loss[-1],
+                      on_chapter, history.seconds)
+            runs.append(run)
+            formed = "-" if run.formed_at is None else str(run.formed_at)
+            print(f"{name:<32} {seed:>4} {formed:>7} {run.final_loss:>11.3f} {run.chapter_task_loss:>20.3f} "
+                  f"{run.seconds:>6.1f}", flush=True)
+    print(f"wrote {write_csv(runs, Path(args.out) / 'induction.csv')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
