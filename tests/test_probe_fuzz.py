@@ -201,9 +201,23 @@ def problem(failure: Mistake | None, kind: str, value: str) -> str | None:
     if blamed:
         return f"the probe's own code raised {', '.join(sorted(blamed))} on what came back: {failure}"
     words = _tells(value)
-    if kind != "bare" and not failure.name and not any(word in failure.message for word in words):
+    if kind != "bare" and not failure.name and not any(word in failure.message for word in words) \
+            and not _names_an_entry(failure.message, value):
         return f"the message neither names a mistake nor says what came back ({' or '.join(words)}): {failure}"
     return None
+
+
+def _names_an_entry(message: str, value: str) -> bool:
+    """Whether ``message`` compares an entry of what came back with the expected one ("at index (0, 1) got 1,
+    expected 1.25452"), as a judge does for a result of the right shape: the entry is one of the value's numbers."""
+    compared = re.search(r"at index \([\d, ]*\) got ([-+\w.]+), expected", message)
+    if compared is None:
+        return False
+    try:
+        got, numbers = float(compared.group(1)), VALUES[value][0]().detach().double().flatten().tolist()
+    except Exception:  # not a number, or a value without numbers
+        return False
+    return any(abs(got - n) <= 1e-3 * max(1.0, abs(n)) for n in numbers)
 
 
 def _tells(value: str) -> tuple[str, ...]:
