@@ -285,7 +285,7 @@ def _run_cells(shell, cells: list, events: int, observations: str, stderr: str) 
 
 def warm_optimizers() -> None:
     """An optimizer's first step imports ``torch._dynamo`` (3.5 s on the 2-core machine): a worker whose notebook
-    trained (Chapters 6 to 8 do, in their checks) takes that step once, so that its next forks do not pay it.
+    trained (Chapter 7's training checks do) takes that step once, so that its next forks do not pay it.
     A notebook could claim to have trained when it did not; the worker then imports a part of torch early."""
     import torch
 
