@@ -478,6 +478,22 @@ def test_grading_refuses_when_a_check_cannot_load(tmp_path) -> None:
     assert str(copy) in run.stderr, "the copy's grader did not run: " + run.stderr[-2000:]
 
 
+def test_every_check_is_indexed_under_its_module_whoever_imported_it_first() -> None:
+    """The sandbox's index (check id -> module) names each check's own module even when that module was imported
+    before the index was made: a judge module imports its checks' module (Chapter 2's does), and an index that
+    missed those checks left a kernel without them."""
+    script = ("import json, autograder.judges.masking\n"
+              "from autograder.checks import core\n"
+              "print(json.dumps(core.index()))")
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    owners = json.loads(run.stdout)
+    for module in ("masking", "self_attention", "gpt"):
+        assert f"autograder.checks.{module}" in owners.values(), f"no check indexed under {module}: {sorted(set(owners.values()))}"
+    assert set(owners.values()) <= {f"autograder.checks.{p.stem}" for p in (REPO_ROOT / "autograder" / "checks")
+                                    .glob("*.py") if p.stem not in ("core", "__init__")}, owners
+
+
 def test_grading_refuses_when_the_instructor_falls_short(tmp_path, monkeypatch) -> None:
     """The preflight: with a judge that fails every answer, the instructor's own answers fall short, and the
     command refuses, listing the cells and why, before it writes anything."""

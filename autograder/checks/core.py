@@ -28,6 +28,7 @@ import json
 import math
 import os
 import pkgutil
+import sys
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -77,6 +78,8 @@ class Mistake(AssertionError):
 _PROBES: dict[str, Probe] = {}
 _LOADED: set[str] = set()
 _LOAD_FAILURES: dict[str, dict[str, str]] = {}  # package -> module -> why
+#: check id -> the module that registers its probe, for the modules imported so far (see ``index``)
+_OWNER: dict[str, str] = {}
 
 
 def register(check_id: str, probe: Probe) -> None:
@@ -84,6 +87,16 @@ def register(check_id: str, probe: Probe) -> None:
     if check_id in _PROBES:
         raise ValueError(f"the probe of check {check_id!r} is registered twice")
     _PROBES[check_id] = probe
+    _OWNER[check_id] = _registering_module()
+
+
+def _registering_module() -> str:
+    """The module whose code called :func:`register` (through :func:`declare` or not): the owner of the check,
+    whoever imported that module first (a judge module imports its checks' module, perhaps before load_all)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+    return frame.f_globals.get("__name__", "?") if frame is not None else "?"
 
 
 def load_all(package: str = __package__) -> dict[str, str]:
@@ -102,20 +115,14 @@ def load_all(package: str = __package__) -> dict[str, str]:
     return dict(failures)
 
 
-#: check id -> the module that registers its probe, for the modules loaded so far (see ``index``)
-_OWNER: dict[str, str] = {}
-
-
 def _load(name: str, failures: dict[str, str]) -> None:
     if name in _LOADED:
         return
     _LOADED.add(name)
-    before = set(_PROBES)
     try:
         importlib.import_module(name)
     except Exception as err:
         failures[name] = describe_failure(err)
-    _OWNER.update(dict.fromkeys(set(_PROBES) - before, name))
 
 
 INDEX_FILE = os.path.join(os.path.dirname(__file__), "index.json")
