@@ -158,13 +158,21 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _unwritable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be created or written to (None when it can): a file made and removed there."""
+    """Why ``folder`` cannot be created or written to (None when it can): a file made and removed there, and the
+    folders made for it removed after (a command that refuses later leaves nothing behind)."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-test-"):
             pass
     except OSError as err:
         return err.strerror or str(err)
+    finally:
+        for made in missing:  # the deepest first
+            try:
+                made.rmdir()
+            except OSError:
+                break
     return None
 
 
