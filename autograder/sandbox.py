@@ -48,9 +48,12 @@ class Limits:
     output_bytes: int = 8 << 20  # what is read back of its stdout and stderr
 
 
-def build_bundle(destination: Path) -> Path:
+def build_bundle(destination: Path, index: bool = True) -> Path:
     """Copy what the sandbox may see into ``destination``: the helper package, the runner and the sandbox
-    side of the checks (cases and probes). Neither the reference (``solutions``) nor the judges go in."""
+    side of the checks (cases and probes). Neither the reference (``solutions``) nor the judges go in.
+
+    ``index=False`` leaves out the checks' index (:func:`write_index`), whose making imports torch and every
+    check here: a worker can start on the bundle first (it loads every check itself) and warm up meanwhile."""
     destination.mkdir(parents=True, exist_ok=True)
     shutil.copytree(REPO_ROOT / "attention_course", destination / "attention_course",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -60,14 +63,20 @@ def build_bundle(destination: Path) -> Path:
         shutil.copy(REPO_ROOT / "autograder" / name, package / name)
     for module in (REPO_ROOT / "autograder" / "checks").glob("*.py"):
         shutil.copy(module, package / "checks" / module.name)
-    from autograder.checks.core import index  # which module holds which probe: a kernel loads only its chapter
-
-    (package / "checks" / "index.json").write_text(json.dumps(index(), indent=0))
+    if index:
+        write_index(destination)
     # jsonschema (imported through nbformat) builds an IRI grammar at import when rfc3987_syntax is
     # installed: ~1 s per notebook for a check the runner never makes. In the bundle the import fails instead.
     (destination / "rfc3987_syntax.py").write_text(
         'raise ImportError("rfc3987_syntax is left out of the grading sandbox (slow import, not needed)")\n')
     return destination
+
+
+def write_index(bundle: Path) -> None:
+    """Which module holds which probe, into the bundle: a kernel that needs one check loads only its chapter."""
+    from autograder.checks.core import index
+
+    (bundle / "autograder" / "checks" / "index.json").write_text(json.dumps(index(), indent=0))
 
 
 def _system_binds() -> list[str]:
@@ -253,8 +262,9 @@ class Worker:
     notebook, its folder bound at /submission by bubblewrap, without namespaces of its own, and is then closed
     (:func:`worker` does)."""
 
-    def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False) -> None:
-        started = time.perf_counter()
+    def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False,
+                 wait: bool = True) -> None:
+        self._started = time.perf_counter()
         self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
         self.count = 0
         self.single = single and use_sandbox
@@ -278,6 +288,12 @@ class Worker:
                                         stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True,
                                         preexec_fn=lambda: _apply_limits(limits))
         self._buffer = b""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait for the worker's ready line (the constructor does, unless told not to); raise WorkerFailed if it
+        does not come."""
         ready = self._reply(time.monotonic() + READY_SECONDS)
         if not (isinstance(ready, dict) and ready.get("ready")):
             self.close()
@@ -294,7 +310,7 @@ class Worker:
         self.nested_refused: str | None = ready.get("nested_refused") if isinstance(
             ready.get("nested_refused"), str) else None
         warm = {k: float(v) for k, v in (ready.get("timings") or {}).items() if isinstance(v, (int, float))}
-        total = time.perf_counter() - started
+        total = time.perf_counter() - self._started
         #: its start-up: in all, importing torch, importing the rest; other_s is bubblewrap and Python itself
         self.start_timings = {"start_s": total, **warm, "other_s": total - sum(warm.values())}
 
@@ -406,11 +422,49 @@ _LOCK = threading.Lock()
 _NESTED_REFUSED: list[str] = []
 
 
+_STARTING: dict[tuple, list[Worker]] = {}  # started by prestart, not yet asked whether they are ready
+
+
+def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True) -> None:
+    """Start a worker for these settings and return at once: it warms up (bubblewrap, Python, torch, the
+    checks) on another core while the caller goes on, and the first :func:`worker` for the same settings takes
+    it. A worker that fails to start is started again there, which then says why."""
+    try:
+        started = Worker(bundle, limits, use_sandbox, wait=False)
+    except OSError:
+        return
+    with _LOCK:
+        _ALL.append(started)
+        _STARTING.setdefault((str(bundle), limits, use_sandbox), []).append(started)
+
+
+def _prestarted(key: tuple) -> Worker | None:
+    """A worker that :func:`prestart` started for ``key``, once ready; None if there is none or it failed."""
+    with _LOCK:
+        waiting = _STARTING.get(key) or []
+        started = waiting.pop() if waiting else None
+    if started is None:
+        return None
+    try:
+        started.wait_ready()
+    except WorkerFailed:
+        return None
+    return _checked(started, key)
+
+
+def _checked(started: Worker, key: tuple) -> Worker:
+    """``started``, a ready worker, unless it found that this platform refuses nested namespaces: then a
+    single-notebook worker, as :func:`_start` gives."""
+    if not started.nested_refused:
+        return started
+    return _start(Path(key[0]), key[1], key[2], refused=started)
+
+
 @contextlib.contextmanager
 def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[Worker]:
-    """A warm worker for these settings, started if none is idle; back to the idle ones after, if alive. Where
-    the platform refuses namespaces inside the sandbox, a fresh single-notebook worker each time, closed after
-    (the first time, a warning says why and what it costs)."""
+    """A warm worker for these settings (an idle one, else one that :func:`prestart` started, else a new one);
+    back to the idle ones after, if alive. Where the platform refuses namespaces inside the sandbox, a fresh
+    single-notebook worker each time, closed after (the first time, a warning says why and what it costs)."""
     key = (str(bundle), limits, use_sandbox)
     with _LOCK:
         idle = _IDLE.setdefault(key, [])
@@ -418,6 +472,8 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
         while idle and chosen is None:
             candidate = idle.pop()
             chosen = candidate if candidate.alive else None
+    if chosen is None and not _NESTED_REFUSED:
+        chosen = _prestarted(key)
     if chosen is None:
         chosen = _start(bundle, limits, use_sandbox)
     try:
@@ -430,8 +486,9 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
                 _IDLE.setdefault(key, []).append(chosen)
 
 
-def _start(bundle: Path, limits: Limits, use_sandbox: bool) -> Worker:
-    started = Worker(bundle, limits, use_sandbox, single=bool(_NESTED_REFUSED))
+def _start(bundle: Path, limits: Limits, use_sandbox: bool, refused: Worker | None = None) -> Worker:
+    """A new worker, ready; ``refused``: one already started that found nested namespaces refused."""
+    started = refused or Worker(bundle, limits, use_sandbox, single=bool(_NESTED_REFUSED))
     if started.nested_refused:  # found out now: this one cannot isolate its notebooks
         started.close()
         with _LOCK:
