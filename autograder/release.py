@@ -35,10 +35,18 @@ def nbgrader_env() -> dict[str, str]:
     return env
 
 
-def run_nbgrader(args: list[str], course: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``nbgrader ARGS`` in the course root ``course``; raise with its output if it fails."""
+#: ``python -c`` code that runs nbgrader's command line with :func:`fast_gradebook_creation` in place
+FAST_NBGRADER = ("import sys; from autograder.release import fast_gradebook_creation; fast_gradebook_creation(); "
+                 "from nbgrader.apps.nbgraderapp import main; sys.argv[0] = 'nbgrader'; sys.exit(main())")
+
+
+def run_nbgrader(args: list[str], course: Path, fast: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``nbgrader ARGS`` in the course root ``course``; raise with its output if it fails. ``fast``: with
+    :func:`fast_gradebook_creation` (the course's own tools; the tests that compare with stock nbgrader run it
+    as it comes)."""
+    launcher = ["-c", FAST_NBGRADER] if fast else ["-m", "nbgrader"]
     result = subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args], cwd=course, env=nbgrader_env(), capture_output=True, text=True
+        [sys.executable, *launcher, *args], cwd=course, env=nbgrader_env(), capture_output=True, text=True
     )
     if result.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
@@ -80,7 +88,7 @@ def generate_release(assignment: str, out_root: Path = NOTEBOOKS) -> Path:
     """Write the student version of ``assignment`` to ``out_root/assignment`` and return that folder."""
     with tempfile.TemporaryDirectory() as tmp:
         course = make_course_copy(Path(tmp) / "course", [assignment])
-        run_nbgrader(["generate_assignment", assignment, "--force"], course)
+        run_nbgrader(["generate_assignment", assignment, "--force"], course, fast=True)
         target = out_root / assignment
         if target.exists():
             shutil.rmtree(target)

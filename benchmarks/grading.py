@@ -77,7 +77,7 @@ def stock(assignment: str, notebooks: dict, root: Path) -> tuple[float, dict[str
 
     name = ASSIGNMENTS[assignment][0]
     course = make_course_copy(root / "course", [assignment])
-    run_nbgrader(["generate_assignment", assignment, "--force"], course)
+    run_nbgrader(["generate_assignment", assignment, "--force"], course, fast=True)  # set-up; autograde is stock
     for student, nb in notebooks.items():
         folder = course / "submitted" / student / assignment
         folder.mkdir(parents=True)

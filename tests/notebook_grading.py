@@ -191,7 +191,7 @@ class Autograded:
 def autograde(assignment: str, submissions: dict[str, Any], workdir: Path) -> Autograded:
     """Run ``nbgrader generate_assignment`` and ``nbgrader autograde`` on ``submissions`` (student -> notebook)."""
     course = make_course_copy(workdir / "course", [assignment])
-    run_nbgrader(["generate_assignment", assignment, "--force"], course)
+    run_nbgrader(["generate_assignment", assignment, "--force"], course, fast=True)  # set-up; autograde is stock
     name = ASSIGNMENTS[assignment][0]
     for student, nb in submissions.items():
         target = course / "submitted" / student / assignment
