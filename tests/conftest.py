@@ -35,9 +35,10 @@ BOOK_FILES = {"test_book.py", "test_browser.py", "test_release.py"}
 
 #: Seconds each long group of tests took in a whole run on two workers (2 cores, ``--durations=0``, summed per
 #: group): the groups are handed out longest first (``--no-loadscope-reorder`` keeps this order), so that the
-#: book's build and audit, one worker's work for 16 minutes, starts first and not after the catalogues. Left to
-#: pytest-xdist, groups go out by their number of tests, and the other worker sat idle for the last minutes.
-#: Groups not listed follow, in the order of collection; a figure that goes stale costs time, never a test.
+#: book's build and audit, one worker's work for 16 minutes, does not start last. Left to pytest-xdist, groups go
+#: out by their number of tests, and the book's build began 20 minutes into that run (the whole run took about
+#: as long either way: the two cores are busy throughout). Groups not listed follow, in the order of
+#: collection; a figure that goes stale costs time, never a test.
 GROUP_SECONDS = {
     "book": 974, "catalogue-07_gpt": 432, "catalogue-02_causal_masking": 291, "catalogue-06_transformer": 288,
     "test_assignments.py": 273, "catalogue-05_positional_encoding": 251, "catalogue-04_multi_head": 218,
