@@ -438,10 +438,11 @@ def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True) -> None:
         _STARTING.setdefault((str(bundle), limits, use_sandbox), []).append(started)
 
 
-def _prestarted(key: tuple) -> Worker | None:
-    """A worker that :func:`prestart` started for ``key``, once ready; None if there is none or it failed."""
+def _prestarted(bundle: Path, limits: Limits, use_sandbox: bool) -> Worker | None:
+    """A worker that :func:`prestart` started for these settings, once ready (or, where it found nested namespaces
+    refused, the single-notebook worker :func:`_start` gives instead); None if there is none or it failed."""
     with _LOCK:
-        waiting = _STARTING.get(key) or []
+        waiting = _STARTING.get((str(bundle), limits, use_sandbox)) or []
         started = waiting.pop() if waiting else None
     if started is None:
         return None
@@ -449,15 +450,7 @@ def _prestarted(key: tuple) -> Worker | None:
         started.wait_ready()
     except WorkerFailed:
         return None
-    return _checked(started, key)
-
-
-def _checked(started: Worker, key: tuple) -> Worker:
-    """``started``, a ready worker, unless it found that this platform refuses nested namespaces: then a
-    single-notebook worker, as :func:`_start` gives."""
-    if not started.nested_refused:
-        return started
-    return _start(Path(key[0]), key[1], key[2], refused=started)
+    return _start(bundle, limits, use_sandbox, refused=started) if started.nested_refused else started
 
 
 @contextlib.contextmanager
@@ -473,7 +466,7 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
             candidate = idle.pop()
             chosen = candidate if candidate.alive else None
     if chosen is None and not _NESTED_REFUSED:
-        chosen = _prestarted(key)
+        chosen = _prestarted(bundle, limits, use_sandbox)
     if chosen is None:
         chosen = _start(bundle, limits, use_sandbox)
     try:
