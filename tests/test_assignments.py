@@ -137,43 +137,73 @@ def _visible_part(source: str) -> str:
     return re.sub(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", "", source, flags=re.S)
 
 
+def _where(assignment: str) -> str:
+    return f"autograder/source/{assignment}/{ASSIGNMENTS[assignment][0]}"
+
+
 @pytest.mark.parametrize("assignment", ALL)
 def test_notebook_conventions(assignment) -> None:
+    """The rules of CONTRIBUTING.md's "Adding an exercise", step 2: each failure states the rule and the fix."""
+    where = _where(assignment)
     nb = nbformat.read(source_notebook(assignment), 4)
     names = exercise_names(assignment)
     tests = graded_cells(nb)
     for cell in tests:
         meta = nbgrader_meta(cell)
         gid = meta["grade_id"]
-        assert any(gid.startswith(n + "_") for n in names), f"grade_id {gid} is not <function>_<property>"
-        assert cell.cell_type == "code" and meta["locked"] and meta["points"] > 0, gid
+        assert any(gid.startswith(n + "_") for n in names), (
+            f"{where}: test cell {gid!r}: a test cell's grade_id is <exercise>_<property>, where <exercise> is the "
+            f"grade_id of a solution cell ({', '.join(names)}); rename it in the cell's nbgrader metadata")
+        assert cell.cell_type == "code" and meta["locked"] and meta["points"] > 0, (
+            f"{where}: test cell {gid!r}: a test cell is a code cell, locked, with points > 0 in its nbgrader "
+            f"metadata (it is {cell.cell_type}, locked={meta.get('locked')}, points={meta.get('points')})")
         index = nb.cells.index(cell)
         heading = nb.cells[index - 1]
         found = re.search(r"\((\d+) points?\)", heading.source)
-        assert heading.cell_type == "markdown" and found, f"no '(N points)' heading above {gid}"
+        assert heading.cell_type == "markdown" and found, (
+            f"{where}: test cell {gid!r}: every test cell follows a markdown line that says what it checks and "
+            f"its points, **Test `{gid}`** — what it checks (P points); add one right above it")
         declared = float(found.group(1))
-        assert declared == meta["points"], f"{gid}: heading says {declared:g} points, metadata {meta['points']}"
-        assert gid in cell.source, f"{gid}'s hidden check should be run_check({gid!r}, ...)"
+        assert declared == meta["points"], (
+            f"{where}: test cell {gid!r}: the line above it says {declared:g} points, its nbgrader metadata "
+            f"{meta['points']:g}; make them agree")
+        assert gid in cell.source, (
+            f"{where}: test cell {gid!r}: its hidden region must run its own check, run_check({gid!r}, ...); "
+            "the grader finds the check by the cell's grade_id")
         visible = _visible_part(cell.source)
-        assert not re.search(r"\b(solutions|autograder)\b", visible), f"{gid}: visible tests use hidden packages"
+        assert not re.search(r"\b(solutions|autograder)\b", visible), (
+            f"{where}: test cell {gid!r}: the visible part of a test cell ships to learners and may use only "
+            "attention_course.testing; move what uses solutions/ or autograder/ into the hidden region")
     for name in names:
         own = [c for c in tests if nbgrader_meta(c)["grade_id"].startswith(name + "_")]
-        assert own, f"{name} has no test cell"
-        assert any(_visible_part(c.source).strip() for c in own), f"{name} has no visible test"
+        assert own, (f"{where}: exercise {name!r} has no test cell: add at least one, grade_id {name}_<property>, "
+                     "after its solution cell")
+        assert any(_visible_part(c.source).strip() for c in own), (
+            f"{where}: exercise {name!r} has no visible check: at least one of its test cells needs asserts "
+            "after the hidden region, so that the learner gets feedback before grading")
     sections: list[list] = []  # [heading, declared points, points of the test cells under it]
     for cell in nb.cells:
         heading = re.match(r"## (.*)\((\d+) points?\)", cell.source) if cell.cell_type == "markdown" else None
         if heading:
             sections.append([heading.group(1).strip(), float(heading.group(2)), 0.0])
         elif nbgrader_meta(cell).get("grade"):
-            assert sections, f"{nbgrader_meta(cell)['grade_id']} comes before any '## ... (N points)' section"
+            assert sections, (f"{where}: test cell {nbgrader_meta(cell)['grade_id']!r} comes before any section: "
+                              "each exercise starts with a heading '## N. Title (P points)'")
             sections[-1][2] += nbgrader_meta(cell)["points"]
     # a section per exercise of the contract, and one for all the concept checks after them
-    assert len(sections) == len(chapter(assignment).contract) + 1, sections
+    contract = chapter(assignment).contract
+    assert len(sections) == len(contract) + 1, (
+        f"{where} has {len(sections)} sections with points ({'; '.join(t for t, _, _ in sections)}) for "
+        f"{len(contract)} exercises in the chapter's contract ({', '.join(contract)}) and one of concept checks: "
+        "each exercise has its own '## N. Title (P points)' section and its name in the chapter's contract in "
+        "autograder/chapters.py, in the notebook's order; the concept checks share the last section")
     for title, declared, counted in sections:
-        assert declared == counted, f"section {title!r} says {declared:g} points, its tests hold {counted:g}"
+        assert declared == counted, (f"{where}: section {title!r} says {declared:g} points and its test cells hold "
+                                     f"{counted:g}: the heading's points are the sum of its test cells'")
     ids = [c.get("id") for c in nb.cells]
-    assert len(set(ids)) == len(ids), "cell ids must be unique"
+    repeated = sorted({i for i in ids if ids.count(i) > 1}, key=str)
+    assert not repeated, (f"{where}: cell ids {repeated} are used more than once (a copied cell keeps its id): give "
+                          "each copy a new id, e.g. nbformat.v4.new_code_cell(...).id")
 
 
 @pytest.mark.parametrize("assignment", ALL)
@@ -194,13 +224,22 @@ def test_the_contracts_exercises_come_first_then_the_concept_checks(assignment) 
     """The exercises of the chapter's contract (autograder/chapters.py), in order, then the concept checks: small
     functions that return plain answers, each with a reference of the same name."""
     c = chapter(assignment)
+    where = _where(assignment)
     names = exercise_names(assignment)
-    assert names[: len(c.contract)] == list(c.contract), names
+    assert names[: len(c.contract)] == list(c.contract), (
+        f"{where}: the exercises in the notebook's order are {names}; they must begin with the chapter's contract "
+        f"{list(c.contract)} (autograder/chapters.py): add a new exercise to the contract, or move its cells so "
+        "that both orders agree")
     concepts = names[len(c.contract):]
-    assert len(concepts) == 2, f"{assignment} should end with two concept checks, has {concepts}"
+    assert len(concepts) == 2, (
+        f"{where}: after the contract's exercises come exactly two concept checks, and these follow: {concepts}. "
+        "An exercise among them that is not a concept check belongs in the chapter's contract in "
+        "autograder/chapters.py (and its cells before the concept checks)")
     reference = importlib.import_module(c.reference)
     for name in concepts:
-        assert inspect.isfunction(getattr(reference, name, None)), f"{c.reference} has no reference {name}"
+        assert inspect.isfunction(getattr(reference, name, None)), (
+            f"concept check {name!r} has no reference: add a function {name} to solutions/{c.module}.py and "
+            "to its __all__")
 
 
 @pytest.mark.parametrize("assignment", ALL)
