@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # nbgrader shells out to alembic and jupyter: the venv's bin must come first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv book notebooks grade student-repo release test lint clean
+.PHONY: venv book notebooks grade student-repo release test chapter lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,15 @@ TEST_WORKERS ?= 2
 
 test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build and browser test, leak scans, nbval
 	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+# One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): its catalogue through the
+# class grader and stock nbgrader, the visible checks' naming figure, its notebook conventions, release and
+# nbgrader validate, and the probe fuzz of its checks. make test stays the whole proof.
+chapter: $(STAMP)  ## one chapter's proof: make chapter A=05_positional_encoding
+	@test -n "$(A)" || { echo "usage: make chapter A=<assignment id>, one of: $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
+	@test -d "autograder/source/$(A)" || { echo "no assignment $(A): one of $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
+	$(BIN)/python -m pytest tests/test_catalogue.py tests/test_assignments.py tests/test_probe_fuzz.py -k "$(A)" \
+		-q -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf _build
