@@ -10,6 +10,8 @@
   it writes only ``OUT/changes.csv``, whose score would change and which test cells cause it
   (see ``autograder.batch``).
 - ``selftest [ASSIGNMENT ...]``: the same two steps alone, for every assignment (default) or those named.
+- ``new-exercise ASSIGNMENT NAME --points P``: the cells, stubs, contract entry and table rows of a new exercise
+  (see ``autograder.scaffold`` and CONTRIBUTING.md, "Adding an exercise"); the student notebook regenerated.
 - ``student-repo OUT``: write the public student repository (built book, notebooks, helper package, Binder's
   set-up), its buttons naming ``--student-repository`` (default: ``student_repository`` in ``_config.yml``),
   leak-scanned (see ``autograder.bundle``).
@@ -37,6 +39,25 @@ def _notebooks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         except ValueError as err:
             parser.error(str(err))
         print(f"student notebook of {assignment} -> {target}")
+    return 0
+
+
+def _new_exercise(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from autograder.scaffold import ScaffoldError, make_request, new_exercise
+
+    try:
+        request = make_request(args.assignment, args.name, args.points, args.title, args.tests, args.signature,
+                               args.takes, args.returns)
+        written = new_exercise(request)
+    except ScaffoldError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    root = COURSE_ROOT.parent
+    tests = ", ".join(f"{args.name}_{p} ({n} point{'s' * (n != 1)})" for p, n in request.tests)
+    print(f"scaffolded {args.name} in {args.assignment}: {tests}\nwrote "
+          + "\n      ".join(str(p.relative_to(root)) for p in written)
+          + "\nnow write by hand (CONTRIBUTING.md, \"Adding an exercise\"): the reference, the notebook's answer, text "
+          "and visible checks, the cases, the judge, and a wrong and a correct catalogue entry")
     return 0
 
 
@@ -362,6 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
                                    "sandbox (what grade does before anyone else)")
     selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
+    scaffold = commands.add_parser("new-exercise", help="scaffold a new exercise of a chapter: notebook cells, "
+                                   "reference stub, check and judge skeletons, catalogue template, contract, tables")
+    scaffold.add_argument("assignment", help="assignment id, e.g. 05_positional_encoding")
+    scaffold.add_argument("name", help="the exercise's name, a Python function name, e.g. alibi_bias")
+    scaffold.add_argument("--points", type=int, required=True, help="the exercise's points, at least 1")
+    scaffold.add_argument("--title", help="the section's title (default: the name in backticks)")
+    scaffold.add_argument("--tests", help="its test cells: values,errors (points shared out, the first ones taking "
+                          "the rest) or values:3,errors:1 (default: values,errors; values alone for 1 point)")
+    scaffold.add_argument("--signature", default="(x: Tensor) -> Tensor",
+                          help="the function's signature (default: '(x: Tensor) -> Tensor')")
+    scaffold.add_argument("--takes", help="book/notation.md's 'takes' cell (default: the arguments' names)")
+    scaffold.add_argument("--returns", help="book/notation.md's 'returns' cell (default: the return annotation)")
     bundle = commands.add_parser("student-repo", help="write the public student repository (built book, notebooks, "
                                  "helpers, Binder's set-up)")
     bundle.add_argument("out", type=Path, help="folder to write (empty, a clone of the student repository holding "
@@ -383,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "selftest":  # grade sets it while its first worker starts (_warm_start)
         _one_torch_thread_per_judge()
-    commands = {"notebooks": _notebooks, "grade": _grade, "selftest": _selftest, "student-repo": _student_repo}
+    commands = {"notebooks": _notebooks, "grade": _grade, "selftest": _selftest, "student-repo": _student_repo,
+                "new-exercise": _new_exercise}
     return commands[args.command](args, parser)
 
 

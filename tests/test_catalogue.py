@@ -282,5 +282,10 @@ def test_reference_passes_every_visible_check(assignment) -> None:
 def test_catalogue_covers_every_exercise(assignment) -> None:
     module = CATALOGUES[assignment]
     for name in exercise_names(assignment):
-        assert any(e.target == name for e in module.WRONG), f"no wrong answers for {name}"
-        assert any(e.target == name for e in module.CORRECT), f"no correct alternatives for {name}"
+        where = f"tests/{module.__name__.replace('.', '/')}.py"
+        assert any(e.target == name for e in module.WRONG), (
+            f"{where} has no wrong answer of {name}: every exercise needs one, written as a learner would, added to "
+            f"WRONG as Entry({name!r}, label, impl, mistake's name, owner cell)")
+        assert any(e.target == name for e in module.CORRECT), (
+            f"{where} has no correct alternative of {name}: every exercise needs one, added to CORRECT as "
+            f"Entry({name!r}, label, impl)")

@@ -491,6 +491,11 @@ class Check:
     call: Callable[..., Any] = call_directly
     key: str = "outs"
 
+    def __post_init__(self) -> None:
+        if not self.cases:
+            raise ValueError(f"check {self.id!r} has no cases: write them (argument tuples built from fixed seeds) "
+                             f"where it is declared, in autograder/checks/")
+
     def probe(self, student: Any) -> Observations:
         return {self.key: [attempt(lambda case=case: self.call(student, *fresh_copy(case))) for case in self.cases]}
 

@@ -1,0 +1,220 @@
+"""The contributor guide's walk-through, followed on a scratch copy of the repository (CONTRIBUTING.md, "Adding an
+exercise"): ``python -m autograder new-exercise`` for a small exercise, then what the guide says a contributor
+writes by hand, then the suite's convention tests and the catalogue's status, run in the copy. The files changed
+at each step are compared with the ones the guide names. The repository itself is never written to: the scaffold
+runs in the copy, as the copy's own code (its ``PYTHONPATH``, checked)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autograder.release import REPO_ROOT
+from autograder.scaffold import ScaffoldError, make_request, parse_tests
+
+ASSIGNMENT, MODULE, NAME = "05_positional_encoding", "positional", "relative_distance"
+#: the guide's example chapter, whose paths the walk-through maps onto this one
+EXAMPLE = ("01_self_attention", "self_attention")
+SOURCE = f"autograder/source/{ASSIGNMENT}/{MODULE}.ipynb"
+RELEASE = f"notebooks/{ASSIGNMENT}/{MODULE}.ipynb"
+#: what the scaffold writes, besides the student notebook it regenerates
+SCAFFOLDED = {SOURCE, "autograder/chapters.py", f"solutions/{MODULE}.py", f"autograder/checks/{MODULE}.py",
+              f"autograder/judges/{MODULE}.py", f"tests/catalogue/{MODULE}.py", "book/notation.md", "README.md",
+              "book/intro.md", RELEASE}
+
+
+# ---------------------------------------------------------------- refusals, in-process (nothing is written)
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("07_x", NAME, 2), "unknown assignment '07_x'"),
+    ((ASSIGNMENT, "2d_table", 2), "not a name an exercise can have"),
+    ((ASSIGNMENT, "class", 2), "not a name an exercise can have"),
+    ((ASSIGNMENT, "apply_rotary", 2), "already an exercise"),
+    ((ASSIGNMENT, "encoded_shape", 2), "already an exercise"),  # a concept check
+    ((ASSIGNMENT, NAME, 0), "at least 1"),
+    ((ASSIGNMENT, NAME, 3, None, "values:1,errors:1"), "add up to 2, not --points 3"),
+    ((ASSIGNMENT, NAME, 1, None, "values,errors"), "2 tests cannot share 1 point"),
+    ((ASSIGNMENT, NAME, 2, None, "values,values"), "names a test twice"),
+    ((ASSIGNMENT, NAME, 2, None, None, "(x: Tensor"), "not a Python signature"),
+])
+def test_the_scaffold_refuses_a_bad_request_saying_why(args, says) -> None:
+    with pytest.raises(ScaffoldError, match=re.escape(says)):
+        make_request(*args)
+
+
+def test_the_tests_points_are_shared_out_or_given() -> None:
+    assert parse_tests(None, 1) == (("values", 1),)
+    assert parse_tests(None, 5) == (("values", 3), ("errors", 2))
+    assert parse_tests("values:3,contract:1", 4) == (("values", 3), ("contract", 1))
+
+
+# ---------------------------------------------------------------- the walk-through
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts}
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def _run(copy: Path, *args: str, ok: bool = True) -> str:
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert (done.returncode == 0) == ok, f"{' '.join(args)} exited {done.returncode}:\n{out[-4000:]}"
+    return out
+
+
+def _guide_files() -> list[str]:
+    """The files CONTRIBUTING.md's walk-through has the contributor write by hand, mapped onto this chapter."""
+    guide = (REPO_ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    walk = guide[guide.index("## Adding an exercise"):]
+    walk = walk[: walk.index("\n## ", 5)]
+    files = re.findall(r"^\d+\. \*\*`([^`]+)`\*\*", walk, re.M)
+    return [f.replace(EXAMPLE[0], ASSIGNMENT).replace(EXAMPLE[1], MODULE) for f in files]
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path}: {old!r} found {text.count(old)} times"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _edit_cells(path: Path, sources: dict[str, str]) -> None:
+    """Replace the source of the cells with these grade_ids (or, for a key starting with '#', these ids)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        key = cell["metadata"].get("nbgrader", {}).get("grade_id") or "#" + cell["id"]
+        key = key if key in sources else "#" + cell["id"]
+        if key in sources:
+            cell["source"] = sources.pop(key).splitlines(keepends=True)
+    assert not sources, f"no cells {sorted(sources)}"
+    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_by_hand(copy: Path) -> None:
+    """What the guide's five steps have the contributor write, for ``relative_distance(T)``: ``(T, T)``, entry
+    ``[i, j] = j - i``."""
+    stub = f'    raise NotImplementedError("the reference of {NAME}: write it in solutions/{MODULE}.py")'
+    _edit(copy / f"solutions/{MODULE}.py", stub, textwrap.indent(textwrap.dedent("""\
+        if T < 1:
+            raise ValueError(f"T must be at least 1, got T={T}")
+        positions = torch.arange(T)  # (T,)
+        return positions[None, :] - positions[:, None]  # (1, T) - (T, 1) -> (T, T): key minus query"""), "    "))
+    _edit_cells(copy / SOURCE, {
+        NAME: textwrap.dedent(f'''\
+            def {NAME}(T: int) -> Tensor:
+                """The distance from each query to each key: (T, T), entry [i, j] = j - i.
+
+                Args:
+                    T: the length, at least 1.
+
+                Returns:
+                    (T, T) integers.
+                """
+                ### BEGIN SOLUTION
+                if T < 1:
+                    raise ValueError(f"T must be at least 1, got T={{T}}")
+                return torch.arange(T)[None, :] - torch.arange(T)[:, None]
+                ### END SOLUTION'''),
+        "#relative-distance-try-code": f"print({NAME}(3))",
+        f"{NAME}_values": textwrap.dedent(f'''\
+            ### BEGIN HIDDEN TESTS
+            from autograder.checks import run_check
+
+            run_check("{NAME}_values", {NAME})
+            ### END HIDDEN TESTS
+            expected = torch.tensor([[0, 1, 2], [-1, 0, 1], [-2, -1, 0]])
+            assert_close({NAME}(3), expected, "{NAME}(3)", suspects={{
+                "entry [i, j] is key j minus query i, not i - j (sign flipped)": -expected}})'''),
+        f"{NAME}_errors": textwrap.dedent(f'''\
+            ### BEGIN HIDDEN TESTS
+            from autograder.checks import run_check
+
+            run_check("{NAME}_errors", {NAME})
+            ### END HIDDEN TESTS
+            expect_value_error(lambda: {NAME}(0), "{NAME}(0)", must_mention=["T"])'''),
+    })
+    checks = copy / f"autograder/checks/{MODULE}.py"
+    _edit(checks, "    # (T,): each case an argument tuple built from fixed seeds\n", "    (1,), (4,), (7,),\n")
+    _edit(checks, "    # (T,): every case must raise ValueError\n", "    (0,), (-2,),\n")
+    judges = copy / f"autograder/judges/{MODULE}.py"
+    suspects = "    return [  # each likely mistake, recomputed on the same inputs: Suspect(message, name, produce)\n"
+    _edit(judges, suspects + "    ]\n",
+          "    return [Suspect(\"entry [i, j] is key j minus query i, not i - j\", \"sign flipped\",\n"
+          f"                    lambda: -ref.{NAME}(T))]\n")
+    _edit(judges, "    # per case: (what the call is, (words its ValueError must mention, ...)),\n",
+          f'    ("{NAME}(0)", ("T",)), ("{NAME}(-2)", ("T",)),\n')
+    catalogue = copy / f"tests/catalogue/{MODULE}.py"
+    text = catalogue.read_text(encoding="utf-8")
+    text = text.replace("\nWRONG = [\n", f"\nWRONG = [\n    Entry(\"{NAME}\", \"query minus key\", {NAME}_flipped, "
+                        f"\"sign flipped\", \"{NAME}_values\"),\n", 1)
+    text = text.replace("\nCORRECT = [\n", f"\nCORRECT = [\n    Entry(\"{NAME}\", \"a loop\", {NAME}_by_loop),\n", 1)
+    functions = textwrap.dedent(f"""\
+
+
+        def {NAME}_flipped(T):
+            if T < 1:
+                raise ValueError(f"T must be at least 1, got T={{T}}")
+            return torch.arange(T)[:, None] - torch.arange(T)[None, :]
+
+
+        def {NAME}_by_loop(T):
+            if T < 1:
+                raise ValueError(f"T must be at least 1, got T={{T}}")
+            return torch.tensor([[j - i for j in range(T)] for i in range(T)])
+        """)
+    at = text.index("\nWRONG = [\n")
+    catalogue.write_text(text[:at].rstrip("\n") + functions + "\n" + text[at:], encoding="utf-8")
+
+
+def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
+    copy = tmp_path / "repo"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (REPO_ROOT / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, copy / name)
+    where = _run(copy, "-c", "import attention_course, autograder, solutions, autograder.scaffold; "
+                 "print(autograder.__file__, solutions.__file__, attention_course.__file__)")
+    assert all(Path(p).is_relative_to(copy) for p in where.split()), f"not the copy's packages: {where}"
+
+    before = _snapshot(copy)
+    out = _run(copy, "-m", "autograder", "new-exercise", ASSIGNMENT, NAME, "--points", "2", "--title",
+               "Relative distances", "--signature", "(T: int) -> Tensor", "--returns", "`(T, T)`: key minus query")
+    scaffolded = _snapshot(copy)
+    assert _changed(before, scaffolded) == SCAFFOLDED, out
+    # until the contributor writes them, the checks refuse to load, naming what is missing
+    refused = _run(copy, "-c", f"import autograder.checks.{MODULE}", ok=False)
+    assert f"check '{NAME}_values' has no cases" in refused
+    # ... and the convention tests that need nothing more pass already
+    _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_chapters.py",
+         "tests/test_reference_pages.py", "tests/test_assignments.py", "-k",
+         f"not test_assignments or ({ASSIGNMENT} and (conventions or release_is_current))")
+
+    _write_by_hand(copy)
+    by_hand = _snapshot(copy)
+    assert _changed(scaffolded, by_hand) == set(_guide_files()), _guide_files()
+    _run(copy, "-m", "autograder", "notebooks", ASSIGNMENT)  # the guide's `make notebooks`
+    assert _changed(by_hand, _snapshot(copy)) == {RELEASE}
+
+    _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_assignments.py", "-k",
+         f"{ASSIGNMENT} and (conventions or contracts or release_is_current)")
+    _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_reference_pages.py",
+         "tests/test_chapters.py", "tests/test_names.py")
+    status = _run(copy, "tests/catalogue_status.py", ASSIGNMENT, "--all")
+    assert f"ok  {NAME}: 'query minus key' -> (sign flipped) in {NAME}_values" in status, status
+    assert f"FIX correct {NAME}" not in status and f"{ASSIGNMENT}: 0 entries to fix" in status, status
