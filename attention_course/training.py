@@ -6,7 +6,8 @@ logits``, ``encode`` and ``decode`` (your own, or
 :class:`attention_course.models.TorchTransformer`). It provides:
 
 - teacher forcing: ``tgt_in`` = ``<start>`` + tokens, ``tgt_out`` = tokens +
-  ``<end>``, loss = mean cross-entropy over the non-pad targets;
+  ``<end>``, loss = mean cross-entropy over the non-pad targets (with label
+  smoothing if ``label_smoothing`` is set; the validation loss never smooths);
 - AdamW, a linear warm-up then cosine or inverse-square-root decay, and
   gradient clipping;
 - the device picked for you (CUDA, then Apple's MPS, then the CPU) unless you
@@ -73,6 +74,7 @@ class TrainConfig:
     weight_decay: float = 0.01  # AdamW's decoupled weight decay, on matrices only
     betas: tuple[float, float] = (0.9, 0.98)  # AdamW's moment coefficients
     grad_clip: float = 1.0  # clip the gradient norm to this (0: no clipping)
+    label_smoothing: float = 0.0  # epsilon of the training loss (the paper: 0.1); the validation loss never smooths
     # the machinery
     device: str | None = None  # None: CUDA, then MPS, then CPU; or "cpu", "cuda", "cuda:1", "mps"
     precision: str = "auto"  # "auto": bf16 autocast on CUDA, fp32 elsewhere; or "bf16", "fp32" anywhere
@@ -176,12 +178,14 @@ def teacher_forcing(tgt: Tensor, start_id: int, end_id: int, pad_id: int) -> tup
     return tgt_in, tgt_out
 
 
-def token_loss(logits: Tensor, tgt_out: Tensor, pad_id: int) -> Tensor:
+def token_loss(logits: Tensor, tgt_out: Tensor, pad_id: int, *, label_smoothing: float = 0.0) -> Tensor:
     """Mean cross-entropy of ``logits (B, T, V)`` against ``tgt_out (B, T)``, over the non-pad targets only.
 
-    Computed in float32 whatever the dtype of ``logits`` (bf16 logits from autocast included).
+    Computed in float32 whatever the dtype of ``logits`` (bf16 logits from autocast included), with PyTorch's
+    ``label_smoothing`` (0: none).
     """
-    return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad_id)
+    return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad_id,
+                           label_smoothing=label_smoothing)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -347,13 +351,13 @@ class Trainer:
         """The autocast context of this run (bf16 or nothing)."""
         return autocast(self.device, self.amp_dtype)
 
-    def loss_on(self, src: Tensor, tgt: Tensor, model: nn.Module | None = None) -> Tensor:
-        """Teacher-forced loss of one batch ``(src (B, S), tgt (B, T))`` already on the device."""
+    def loss_on(self, src: Tensor, tgt: Tensor, model: nn.Module | None = None, label_smoothing: float = 0.0) -> Tensor:
+        """Teacher-forced loss of one batch ``(src (B, T_src), tgt (B, T))`` already on the device."""
         tok = self.task.tgt_tokenizer
         tgt_in, tgt_out = teacher_forcing(tgt, tok.start_id, tok.end_id, self.pad_id)  # (B, T + 1) each
         with self.autocast():
             logits = (model or self.step_model)(src, tgt_in)  # (B, T + 1, V): every position in one pass
-        return token_loss(logits, tgt_out, self.pad_id)
+        return token_loss(logits, tgt_out, self.pad_id, label_smoothing=label_smoothing)
 
     def train_step(self, batch: tuple[Tensor, Tensor] | None = None) -> Tensor:
         """One optimiser step on ``batch`` (default: the next training batch); returns the loss.
@@ -364,7 +368,7 @@ class Trainer:
         if batch is None:
             batch = self.task.batch([self.task.train[i] for i in self.order.next()], self.device)
         src, tgt = batch
-        loss = self.loss_on(src, tgt)
+        loss = self.loss_on(src, tgt, label_smoothing=self.config.label_smoothing)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.config.grad_clip:

@@ -2,7 +2,8 @@
 
 The reading order is the dependency order: ``FeedForward`` → ``EncoderLayer``
 → ``DecoderLayer`` → ``TransformerConfig`` → ``Transformer`` →
-``greedy_decode`` (and ``beam_search``, an extension).
+``greedy_decode`` (and ``beam_search``, an extension), then the paper's
+training recipe: ``label_smoothed_cross_entropy`` and ``noam_lr``.
 
 Every attention here is Chapter 4's :class:`~solutions.multi_head.MultiHeadAttention`,
 the masks are Chapter 2's (:mod:`solutions.masking`) and the positions are
@@ -37,6 +38,8 @@ __all__ = [
     "Transformer",
     "greedy_decode",
     "beam_search",
+    "label_smoothed_cross_entropy",
+    "noam_lr",
     "decoder_passes",  # concept checks
     "scored_positions",
 ]
@@ -422,6 +425,79 @@ def beam_search(model: Transformer, src: Tensor, start_id: int, end_id: int, max
         return ys.reshape(b, k, -1)[torch.arange(b, device=src.device), best]  # (B, K, L) -> (B, L)
     finally:
         model.train(was_training)
+
+
+# ---------------------------------------------------------------- the training recipe
+
+
+def label_smoothed_cross_entropy(logits: Tensor, targets: Tensor, pad_id: int, epsilon: float = 0.1) -> Tensor:
+    r"""Cross-entropy against label-smoothed targets, averaged over every non-pad target position.
+
+    The target distribution of a position whose target is ``y`` is no longer one-hot but
+    :math:`q = (1 - \varepsilon)\,\mathrm{onehot}(y) + \varepsilon / V`: the mass :math:`\varepsilon` is spread
+    evenly over **all** ``V`` classes, ``y`` included, as in ``F.cross_entropy(..., label_smoothing=epsilon)``.
+    With :math:`\log p = \mathrm{log\_softmax}(z)`,
+
+    .. math:: \ell = -\sum_v q_v \log p_v = (1 - \varepsilon)\,(-\log p_y)
+              + \varepsilon\,\frac{1}{V} \sum_v (-\log p_v),
+
+    and the loss is the mean of :math:`\ell` over the positions whose target is not ``pad_id``. Equals
+    ``F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=pad_id,
+    label_smoothing=epsilon)``; with ``epsilon = 0`` it is Chapter 3's ``sequence_cross_entropy``.
+
+    Args:
+        logits: ``(B, T, V)`` unnormalised scores over the vocabulary.
+        targets: ``(B, T)`` token ids (``tgt_out``).
+        pad_id: the id whose positions are left out.
+        epsilon: the smoothing, ``0 <= epsilon < 1`` (the paper uses 0.1).
+
+    Returns:
+        A scalar (0-dim) tensor of the dtype of ``logits``.
+
+    Raises:
+        ValueError: if ``logits`` is not 3-D, ``targets`` is not ``logits.shape[:2]``, or ``epsilon`` is outside
+            ``[0, 1)``.
+    """
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be (B, T, V) and targets (B, T); got logits {tuple(logits.shape)}, "
+            f"targets {tuple(targets.shape)}"
+        )
+    if not 0.0 <= epsilon < 1.0:
+        raise ValueError(f"epsilon must be in [0, 1), got {epsilon}")
+    keep = targets != pad_id  # (B, T): the positions that count
+    log_probs = torch.log_softmax(logits[keep], dim=-1)  # (B, T, V) -> (N, V), N non-pad positions
+    nll = -log_probs.gather(-1, targets[keep].unsqueeze(-1)).squeeze(-1)  # (N,): -log p of each target
+    uniform = -log_probs.mean(dim=-1)  # (N,): cross-entropy against the uniform distribution over the V classes
+    return ((1.0 - epsilon) * nll + epsilon * uniform).mean()
+
+
+def noam_lr(step: int, d_model: int, warmup: int) -> float:
+    r"""The learning rate of *Attention Is All You Need* at optimiser step ``step``:
+
+    .. math:: \mathrm{lrate} = d_\text{model}^{-0.5} \cdot
+              \min\left(\text{step}^{-0.5},\ \text{step} \cdot \text{warmup}^{-1.5}\right)
+
+    It rises linearly for the first ``warmup`` steps, peaks at ``step = warmup`` at
+    :math:`(d_\text{model} \cdot \text{warmup})^{-0.5}`, then decays as :math:`\text{step}^{-0.5}`. Steps count
+    from 1, as in the paper: the first update uses ``noam_lr(1, ...)``. (In a
+    ``torch.optim.lr_scheduler.LambdaLR``, whose counter starts at 0, call it with ``s + 1``.)
+
+    Args:
+        step: the optimiser step, 1 for the first.
+        d_model: the model width.
+        warmup: the number of warm-up steps (the paper uses 4,000).
+
+    Returns:
+        The learning rate, a float.
+
+    Raises:
+        ValueError: if ``step``, ``d_model`` or ``warmup`` is below 1 (at step 0, ``step ** -0.5`` divides by zero).
+    """
+    for name, value in (("step", step), ("d_model", d_model), ("warmup", warmup)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 (steps count from 1), got {name}={value}")
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
 # ---------------------------------------------------------------- concept checks

@@ -21,6 +21,8 @@ from solutions.transformer import (
     TransformerConfig,
     beam_search,
     greedy_decode,
+    label_smoothed_cross_entropy,
+    noam_lr,
 )
 
 DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
@@ -499,3 +501,66 @@ def exact_match(decoded: Tensor, tgt_out: Tensor) -> float:
     out = decoded[:, 1:]
     out = torch.cat([out, torch.full((out.shape[0], tgt_out.shape[1] - out.shape[1]), PAD)], dim=1)
     return (out == tgt_out).all(dim=1).float().mean().item()
+
+
+# ---------------------------------------------------------------- the training recipe
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.5, 0.9])
+@pytest.mark.parametrize("pad_id", [0, 3])
+def test_label_smoothed_cross_entropy_is_pytorchs(epsilon: float, pad_id: int) -> None:
+    logits = randn(3, 7, 11, seed=41, dtype=torch.float64)
+    targets = torch.randint(0, 11, (3, 7), generator=torch.Generator().manual_seed(42))
+    targets[1, 4:] = pad_id
+    targets[2, 2:] = pad_id
+    expected = F.cross_entropy(logits.reshape(-1, 11), targets.reshape(-1), ignore_index=pad_id,
+                               label_smoothing=epsilon)
+    got = label_smoothed_cross_entropy(logits, targets, pad_id, epsilon)
+    assert got.dtype == torch.float64 and got.shape == ()
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=1e-10)
+
+
+def test_label_smoothed_cross_entropy_gradients_and_errors() -> None:
+    logits = randn(2, 5, 6, seed=43, dtype=torch.float64).requires_grad_(True)
+    targets = torch.tensor([[1, 2, 3, 4, 5], [5, 1, 0, 0, 0]])
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_cross_entropy(z, targets, 0, 0.1), (logits,))
+    with pytest.raises(ValueError, match=r"\(2, 5, 6\).*\(2, 4\)"):
+        label_smoothed_cross_entropy(logits, targets[:, :4], 0, 0.1)
+    for epsilon in (1.0, -0.1):
+        with pytest.raises(ValueError, match="epsilon"):
+            label_smoothed_cross_entropy(logits, targets, 0, epsilon)
+
+
+def test_the_smoothed_loss_is_smallest_at_the_smoothed_target() -> None:
+    """At p = q the loss is the entropy of q, and any other p scores more (Gibbs' inequality)."""
+    v, eps, y = 7, 0.1, 3
+    q = torch.full((v,), eps / v, dtype=torch.float64)
+    q[y] += 1 - eps
+    at_q = label_smoothed_cross_entropy(q.log().reshape(1, 1, v), torch.tensor([[y]]), 0, eps)
+    torch.testing.assert_close(at_q, -(q * q.log()).sum())
+    for seed in range(5):
+        other = randn(1, 1, v, seed=50 + seed, dtype=torch.float64)
+        assert label_smoothed_cross_entropy(other, torch.tensor([[y]]), 0, eps) > at_q
+
+
+def test_noam_lr_rises_peaks_at_the_warmup_and_decays() -> None:
+    d_model, warmup = 512, 4000
+    assert noam_lr(warmup, d_model, warmup) == pytest.approx((d_model * warmup) ** -0.5)
+    assert noam_lr(1, d_model, warmup) == pytest.approx((d_model * warmup) ** -0.5 / warmup)
+    assert noam_lr(2000, d_model, warmup) == pytest.approx(noam_lr(warmup, d_model, warmup) / 2)
+    assert noam_lr(4 * warmup, d_model, warmup) == pytest.approx(noam_lr(warmup, d_model, warmup) / 2)
+    rates = [noam_lr(s, 64, 10) for s in range(1, 31)]
+    assert max(range(30), key=rates.__getitem__) == 9
+    for bad in ((0, 512, 4000), (-1, 512, 4000), (5, 0, 4000), (5, 512, 0)):
+        with pytest.raises(ValueError):
+            noam_lr(*bad)
+
+
+def test_noam_lr_is_the_trainers_inverse_sqrt_schedule_one_step_later() -> None:
+    """The trainer's LambdaLR counts from 0: its factor at step s, times the peak, is noam_lr(s + 1)."""
+    from attention_course.training import TrainConfig, lr_factor
+
+    d_model, warmup = 64, 25
+    config = TrainConfig(lr=(d_model * warmup) ** -0.5, warmup=warmup, decay="inverse_sqrt")
+    for s in (0, 1, 10, 24, 25, 26, 100, 1000):
+        assert config.lr * lr_factor(s, config) == pytest.approx(noam_lr(s + 1, d_model, warmup))

@@ -178,6 +178,28 @@ def test_token_loss_ignores_padding():
     assert token_loss(logits.bfloat16(), targets, 0).dtype == torch.float32
 
 
+def test_label_smoothing_smooths_the_training_loss_only():
+    """TrainConfig.label_smoothing reaches the training step's loss (PyTorch's label_smoothing); the validation
+    loss stays the plain cross-entropy, so that runs with and without smoothing compare."""
+    g = torch.Generator().manual_seed(1)
+    logits, targets = torch.randn(2, 4, 6, generator=g), torch.tensor([[3, 4, 2, 0], [5, 2, 0, 0]])
+    smoothed = token_loss(logits, targets, 0, label_smoothing=0.1)
+    keep = targets != 0
+    log_p = torch.log_softmax(logits, -1)
+    nll = -log_p.gather(-1, targets[..., None])[..., 0]
+    assert torch.allclose(smoothed, (0.9 * nll - 0.1 * log_p.mean(-1))[keep].mean())
+    task = dates_task()
+    valid, step = [], []
+    for eps in (0.0, 0.3):
+        config = replace(TINY, steps=2, label_smoothing=eps, device="cpu", eval_every=0)
+        seed_everything(0)
+        trainer = Trainer(TorchTransformer(model_config(config, task)), task, config)
+        valid.append(trainer.validation_loss())  # the same untrained model
+        step.append(float(trainer.train_step(task.batch(task.train[:8]))))
+    assert valid[1] == pytest.approx(valid[0], abs=1e-6)  # the validation loss never smooths
+    assert step[1] != pytest.approx(step[0])  # the same first step, its loss smoothed
+
+
 def test_learning_rate_schedule():
     cfg = replace(TINY, warmup=10, steps=110, min_lr_ratio=0.1)
     assert lr_factor(0, cfg) == pytest.approx(0.1) and lr_factor(9, cfg) == pytest.approx(1.0)

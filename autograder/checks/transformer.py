@@ -40,6 +40,7 @@ from autograder.checks.core import (
     layer_norm_weights,
     linear_facts,
     load_layer_norm,
+    observe_contract,
     odd_tensor,
     plain,
     probe_answers,
@@ -701,6 +702,85 @@ register("greedy_decode_tokens", _probe_greedy(_TOKEN_CASES))
 register("greedy_decode_stops", _probe_greedy(_STOP_CASES))
 register("greedy_decode_max_len", _probe_greedy(_MAX_LEN_CASES))
 register("greedy_decode_eval_mode", _probe_greedy(_TOKEN_CASES[:1]))
+
+
+# ================================================================ label_smoothed_cross_entropy
+
+def _ls_case(b: int, t: int, v: int, lengths: list[int], p: int, eps: float,
+             seed: int) -> tuple[Tensor, Tensor, int, float]:
+    """(logits (b, t, v), targets (b, t) right-padded with ``p`` after each row's length, pad_id, epsilon)."""
+    logits = seeded(b, t, v, seed=seed, scale=2.0)
+    targets = torch.randint(0, v, (b, t), generator=torch.Generator().manual_seed(seed + 1))
+    targets = targets.masked_fill(targets == p, (p + 1) % v)  # no real target equals pad_id
+    padding = torch.arange(t) >= torch.tensor(lengths)[:, None]
+    return logits, targets.masked_fill(padding, p), p, eps
+
+
+LS_VALUES = declare(Check("label_smoothed_cross_entropy_values", [  # (logits, targets, pad_id, epsilon)
+    _ls_case(2, 5, 7, [5, 5], 0, 0.1, seed=811),  # no padding at all
+    _ls_case(3, 6, 11, [6, 4, 2], 0, 0.3, seed=813),
+    _ls_case(2, 5, 9, [5, 2], 3, 0.25, seed=815),  # pad_id 3; 0 is a real target
+]))
+
+LS_PLAIN = declare(Check("label_smoothed_cross_entropy_no_smoothing", [
+    _ls_case(3, 6, 11, [6, 4, 2], 0, 0.0, seed=821),
+    _ls_case(2, 5, 9, [5, 2], 3, 0.0, seed=823),
+]))
+
+
+def _ls_changed_at(logits: Tensor, where: Tensor, seed: int, scale: float) -> Tensor:
+    return torch.where(where[..., None], seeded(*logits.shape, seed=seed, scale=scale), logits)
+
+
+def _probe_ls_pads(student: Any) -> Observations:
+    """The loss of each padded case, with the logits changed at the pads, then at the real positions."""
+    results = []
+    for i, (z, y, p, eps) in enumerate(LS_VALUES.cases[1:]):
+        runs = (z, _ls_changed_at(z, y == p, seed=830 + i, scale=30.0), _ls_changed_at(z, y != p, seed=835 + i,
+                                                                                          scale=3.0))
+        results.append(tuple(attempt(lambda z=z, y=y, p=p, eps=eps: student(z.clone(), y.clone(), p, eps))
+                             for z in runs))
+    return {"results": results}
+
+
+_LS_CONTRACT = {"logits": seeded(3, 4, 6, seed=841, dtype=torch.float64),
+                "targets": torch.tensor([[1, 2, 3, 4], [5, 1, 0, 0], [2, 0, 0, 0]])}
+
+
+def _ls_contract_call(function: Any) -> Callable[..., Any]:
+    """``function(logits, targets, 0, 0.1)``, made 1-D so that the contract machinery can seed a cotangent."""
+    def call(logits: Tensor, targets: Tensor) -> Any:
+        loss = function(logits, targets, 0, 0.1)
+        return loss.reshape(1) if isinstance(loss, Tensor) and loss.numel() == 1 else loss
+
+    return call
+
+
+LS_ERRORS = declare(Check("label_smoothed_cross_entropy_errors", [  # (logits, targets, pad_id, epsilon)
+    (seeded(2, 5, 7, seed=851), torch.zeros(2, 4, dtype=torch.long), 0, 0.1),  # targets (2, 4) for logits (2, 5, 7)
+    (seeded(2, 5, 7, seed=852), torch.ones(2, 5, dtype=torch.long), 0, 1.0),  # epsilon 1: no target left
+    (seeded(2, 5, 7, seed=853), torch.ones(2, 5, dtype=torch.long), 0, -0.1),
+], key="raised"))
+
+register("label_smoothed_cross_entropy_ignores_pads", _probe_ls_pads)
+register("label_smoothed_cross_entropy_gradients",
+         lambda student: observe_contract(_ls_contract_call(student), _LS_CONTRACT, seed=843))
+
+
+# ================================================================ noam_lr
+
+#: (step, d_model, warmup): during the warm-up, at its end, after it; the paper's sizes among them.
+_NOAM_CASES = [(1, 512, 4000), (100, 512, 4000), (4000, 512, 4000), (10_000, 512, 4000), (100_000, 512, 4000),
+               (3, 64, 10), (10, 64, 10), (11, 64, 10), (250, 64, 10), (7, 128, 7)]
+#: (d_model, warmup) of the schedules whose shape is checked, over steps 1 .. 3 * warmup.
+_NOAM_SHAPES = [(64, 10), (256, 25)]
+#: Arguments below 1: step 0 (which would divide by zero), then a warm-up of 0 and a d_model of 0.
+_NOAM_ERRORS = [(0, 512, 4000), (5, 512, 0), (5, 0, 4000)]
+
+register("noam_lr_values", probe_answers(_NOAM_CASES))
+register("noam_lr_warmup", probe_answers([(step, d, w) for d, w in _NOAM_SHAPES for step in range(1, 3 * w + 1)]))
+register("noam_lr_errors", lambda student: {"raised": [attempt(lambda args=args: student(*args))
+                                                       for args in _NOAM_ERRORS]})
 
 
 # ================================================================ concept checks

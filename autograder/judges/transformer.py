@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.testing import DTYPE_CHANGED, mistake_name
+from attention_course.testing import DTYPE_CHANGED, NO_RETURN, mistake_name
 from autograder.checks.core import Mistake, Observations, Raised, feed_forward_weights, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
@@ -29,7 +29,11 @@ from autograder.checks.transformer import (
     _ENC_DROP,
     _FF_CASES,
     _FF_DROP,
+    _LS_CONTRACT,
     _MAX_LEN_CASES,
+    _NOAM_CASES,
+    _NOAM_ERRORS,
+    _NOAM_SHAPES,
     _PAD_CASES,
     _PARTS_CONFIG,
     _SCORED_POSITIONS_CASES,
@@ -44,6 +48,9 @@ from autograder.checks.transformer import (
     ENC_PRE,
     FF_FORWARD,
     LAYER_PARTS,
+    LS_ERRORS,
+    LS_PLAIN,
+    LS_VALUES,
     MODEL_DECODE,
     MODEL_ENCODE,
     DecodeCase,
@@ -52,6 +59,7 @@ from autograder.checks.transformer import (
     Scripted,
     _build_layer,
     _call_layer,
+    _ls_contract_call,
     _memory,
     load_feed_forward,
     load_model,
@@ -59,12 +67,14 @@ from autograder.checks.transformer import (
 from autograder.judges.core import (
     Compare,
     Suspect,
+    contract_check,
     describe,
     judge,
     judge_answers,
     judge_cases,
     judge_tensor,
     judge_value_error,
+    matching_suspect,
     register,
 )
 from solutions import transformer as ref
@@ -888,6 +898,201 @@ register("greedy_decode_tokens", _judge_greedy(_TOKEN_CASES, prefix=True))
 register("greedy_decode_stops", _judge_greedy(_STOP_CASES, prefix=False))
 register("greedy_decode_max_len", _judge_greedy(_MAX_LEN_CASES, prefix=False))
 register("greedy_decode_eval_mode", _judge_eval_mode)
+
+
+# ================================================================ label_smoothed_cross_entropy
+
+def _ls_suspects(logits: Tensor, targets: Tensor, p: int, eps: float) -> list[Suspect]:
+    v = logits.shape[-1]
+    flat_logits, flat_targets = logits.reshape(-1, v), targets.reshape(-1)
+    keep = targets != p
+    log_p = torch.log_softmax(logits[keep], dim=-1)  # (N, V) over the non-pad positions
+    nll = -log_p.gather(-1, targets[keep][:, None])[:, 0]  # (N,)
+    uniform = -log_p.mean(dim=-1)  # (N,)
+    smoothed = (1 - eps) * nll + eps * uniform  # (N,): the right loss of each position
+    q = (1 - eps) * F.one_hot(targets[keep], v).to(log_p.dtype) + eps / v  # (N, V)
+    padding = "the pad positions count — a position whose target is pad_id is left out entirely " \
+              "(`ignore_index=pad_id`, or average only where targets != pad_id)"
+    return [
+        Suspect("the smoothing mass goes to the other V - 1 classes only, epsilon / (V - 1) each; here, as in "
+                "F.cross_entropy(label_smoothing=epsilon), it is spread over all V classes, the target included: "
+                "q = (1 - epsilon) onehot(y) + epsilon / V", "smoothing over the other classes only",
+                lambda: ((1 - eps) * nll + eps * (-log_p.sum(-1) - nll) / (v - 1)).mean()),
+        Suspect("the target keeps weight 1 and the smoothing is added on top; the target's -log p has weight "
+                "1 - epsilon, so that q sums to 1", "target weight not lowered", lambda: (nll + eps * uniform).mean()),
+        Suspect("the smoothing term sums -log p over the V classes; each class has weight epsilon / V, so it is "
+                "their mean", "classes summed instead of averaged",
+                lambda: ((1 - eps) * nll + eps * v * uniform).mean()),
+        Suspect("epsilon is ignored: this is the plain cross-entropy of the one-hot targets", "epsilon ignored",
+                lambda: nll.mean()),
+        Suspect(padding, "loss averaged over the padding too",
+                lambda: F.cross_entropy(flat_logits, flat_targets, label_smoothing=eps)),
+        Suspect("the pads contribute 0 but still count in the denominator — divide by the number of non-pad "
+                "targets, not by B·T", "loss averaged over the padding too", lambda: smoothed.sum() / targets.numel()),
+        Suspect(f"it ignores the target 0 instead of pad_id={p}", "pad_id assumed to be 0",
+                lambda: F.cross_entropy(flat_logits, flat_targets, ignore_index=0, label_smoothing=eps)),
+        Suspect("the predicted probabilities are smoothed, -log((1 - epsilon) p_y + epsilon / V); label smoothing "
+                "changes the *targets*: -sum_v q_v log p_v", "probabilities smoothed instead of the targets",
+                lambda: -torch.log((1 - eps) * (-nll).exp() + eps / v).mean()),
+        Suspect("it is the KL divergence from q, which is the cross-entropy minus the entropy of q; the loss asked for "
+                "is the cross-entropy -sum_v q_v log p_v", "KL divergence instead of cross-entropy",
+                lambda: F.kl_div(log_p, q, reduction="batchmean")),
+        Suspect("it is the sum of the per-position losses — the loss is their mean over the non-pad positions",
+                "summed instead of averaged", lambda: smoothed.sum()),
+        Suspect("epsilon = 0 was replaced by 0.1 (`epsilon or 0.1`?): with epsilon = 0 there is no smoothing, and "
+                "the loss is the plain cross-entropy", "epsilon 0 replaced by the default",
+                lambda: F.cross_entropy(flat_logits, flat_targets, ignore_index=p, label_smoothing=0.1)),
+    ]
+
+
+def _ls_what(logits: Tensor, targets: Tensor, p: int, eps: float) -> str:
+    return (f"label_smoothed_cross_entropy(logits {tuple(logits.shape)}, targets {targets.tolist()}, pad_id={p}, "
+            f"epsilon={eps})")
+
+
+def _ls_crashed(raised: Raised, what: str, *case: Any) -> Mistake:
+    if "Expected target size" in raised.message or "batch_size" in raised.message:
+        return Mistake(f"{what} {raised.describe()} — F.cross_entropy wants the classes on axis 1: pass "
+                       f"`logits.reshape(-1, V)` with `targets.reshape(-1)`", "classes on the wrong axis")
+    return Mistake(f"{what} {raised.describe()}")
+
+
+_LS_HINT = ("the mean, over the positions whose target is not pad_id, of (1 - epsilon)(-log p_target) + "
+            "epsilon · mean_v(-log p_v)")
+judge(Compare(LS_VALUES, ref.label_smoothed_cross_entropy, _ls_what, _ls_suspects, hint=_LS_HINT,
+              crashed=_ls_crashed))
+judge(Compare(LS_PLAIN, ref.label_smoothed_cross_entropy, _ls_what, _ls_suspects,
+              hint="with epsilon = 0 the targets are one-hot and the loss is the plain cross-entropy",
+              crashed=_ls_crashed))
+
+
+def _judge_ls_pads(obs: Observations) -> None:
+    for (logits, targets, p, eps), (before, after, moved) in zip(LS_VALUES.cases[1:], obs["results"], strict=True):
+        what = _ls_what(logits, targets, p, eps)
+        for out in (before, after, moved):
+            if isinstance(out, Raised):
+                raise _ls_crashed(out, what)
+            if not isinstance(out, Tensor) or out.numel() != 1:
+                raise Mistake(f"{what} should return a single number as a 0-dim tensor, got {describe(out)}")
+        if not torch.allclose(before.to(torch.float64), after.to(torch.float64), atol=1e-5, rtol=1e-4):
+            suspect = matching_suspect(before.reshape(()), _ls_suspects(logits, targets, p, eps), 1e-5, 1e-4)
+            text = (f"{what}: changing the logits at the pad positions (where targets == {p}) changed the loss from "
+                    f"{before.item():.6g} to {after.item():.6g} — a position whose target is pad_id must not count at "
+                    f"all, neither its target term nor its smoothing term")
+            if suspect is None:
+                raise Mistake(text, "pads not ignored")
+            raise Mistake(f"{text}; it looks like this: {suspect.message}", suspect.name)
+        if torch.allclose(before.to(torch.float64), moved.to(torch.float64), atol=1e-5, rtol=1e-4):
+            raise Mistake(f"{what}: changing the logits at the real positions left the loss at {before.item():.6g} "
+                          f"— the loss must be computed from the logits")
+
+
+register("label_smoothed_cross_entropy_ignores_pads", _judge_ls_pads)
+register("label_smoothed_cross_entropy_gradients",
+         contract_check(_ls_contract_call(ref.label_smoothed_cross_entropy), _LS_CONTRACT, 843,
+                        "label_smoothed_cross_entropy"))
+
+
+def _judge_ls_errors(obs: Observations) -> None:
+    shapes, *epsilons = obs[LS_ERRORS.key]
+    what = "label_smoothed_cross_entropy(logits (2, 5, 7), targets (2, 4)), whose targets do not match logits.shape[:2]"
+    if isinstance(shapes, Raised) and shapes.type == "ValueError" and not ("5" in shapes.message
+                                                                           and "4" in shapes.message):
+        raise Mistake(f"{what}: the ValueError should name both shapes, so that the learner sees which tensor is "
+                      f"wrong; its message was {shapes.message!r}", "ValueError without the shapes")
+    judge_value_error(shapes, what, ("5", "4"))
+    for raised, (*_, eps) in zip(epsilons, LS_ERRORS.cases[1:], strict=True):
+        judge_value_error(raised, f"label_smoothed_cross_entropy(..., epsilon={eps}), outside [0, 1)", ())
+
+
+register(LS_ERRORS.id, _judge_ls_errors)
+
+
+# ================================================================ noam_lr
+
+def _noam(step: int, d: int, w: int, decay: float = -0.5, rise: float = -1.5, scale: float = -0.5,
+          pick: Callable[..., float] = min) -> float | None:
+    """The paper's formula, with one of its parts changed as a mistake would; None where it cannot be computed."""
+    try:
+        return d**scale * pick(step**decay, step * w**rise)
+    except (ZeroDivisionError, OverflowError):
+        return None
+
+
+def _noam_suspects(step: int, d: int, w: int) -> list[Suspect]:
+    return [
+        Suspect("the warm-up term uses warmup^-0.5; the paper's is step · warmup^-1.5, so that the two terms meet at "
+                "step = warmup", "warm-up exponent -0.5", lambda: _noam(step, d, w, rise=-0.5)),
+        Suspect("the factor d_model^-0.5 in front is missing", "d_model factor missing",
+                lambda: _noam(step, d, w, scale=0.0)),
+        Suspect("it multiplies by d_model^+0.5; the factor is d_model^-0.5, 1 / sqrt(d_model)",
+                "d_model exponent sign", lambda: _noam(step, d, w, scale=0.5)),
+        Suspect("it takes the max of the two terms; the min gives the linear rise, then the decay",
+                "max instead of min", lambda: _noam(step, d, w, pick=max)),
+        Suspect("it computes the rate of step + 1: steps count from 1, as in the paper, so the first update uses "
+                "noam_lr(1, ...) as it is", "step off by one", lambda: _noam(step + 1, d, w)),
+        Suspect("it computes the rate of step - 1: steps count from 1, as in the paper, so the first update uses "
+                "noam_lr(1, ...) as it is", "step off by one", lambda: _noam(step - 1, d, w)),
+    ]
+
+
+def _noam_number(got: Any, asked: str) -> float:
+    """The learner's answer as a float, or a Mistake that says what came back instead."""
+    if isinstance(got, Raised):
+        raise Mistake(f"{asked} {got.describe()}")
+    if got is None:
+        raise Mistake(f"{asked} is None — did you forget to `return` the learning rate?", NO_RETURN)
+    if isinstance(got, bool) or not isinstance(got, (int, float)):
+        raise Mistake(f"{asked} should be a number (a float), got {describe(got)}")
+    return float(got)
+
+
+def _noam_close(a: float | None, b: float | None) -> bool:
+    return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-5, abs_tol=0.0)
+
+
+def _judge_noam_values(obs: Observations) -> None:
+    for (step, d, w), got in zip(_NOAM_CASES, obs["answers"], strict=True):
+        asked = f"noam_lr(step={step}, d_model={d}, warmup={w})"
+        value, expected = _noam_number(got, asked), ref.noam_lr(step, d, w)
+        if _noam_close(value, expected):
+            continue
+        for suspect in _noam_suspects(step, d, w):
+            if _noam_close(value, suspect.produce()):
+                raise Mistake(f"{asked} is {value:.6g}: {suspect.message}", suspect.name)
+        raise Mistake(f"{asked} is {value:.6g}, expected {expected:.6g} — d_model^-0.5 · min(step^-0.5, "
+                      f"step · warmup^-1.5)")
+
+
+def _judge_noam_warmup(obs: Observations) -> None:
+    answers = iter(obs["answers"])
+    for d, w in _NOAM_SHAPES:
+        steps = range(1, 3 * w + 1)
+        asked = f"noam_lr(step, d_model={d}, warmup={w}) for steps 1 to {3 * w}"
+        got = [_noam_number(next(answers), f"noam_lr(step={s}, d_model={d}, warmup={w})") for s in steps]
+        expected = [ref.noam_lr(s, d, w) for s in steps]
+        if all(_noam_close(a, e) for a, e in zip(got, expected, strict=True)):
+            continue
+        for i, suspect in enumerate(_noam_suspects(1, d, w)):  # the same mistake at every step: whole curves
+            curve = [_noam_suspects(step, d, w)[i].produce() for step in steps]
+            if all(_noam_close(a, c) for a, c in zip(got, curve, strict=True)):
+                raise Mistake(f"{asked}: {suspect.message}", suspect.name)
+        top = max(range(len(got)), key=got.__getitem__)
+        raise Mistake(f"{asked} peaks at step {top + 1} with {got[top]:.6g}; the schedule rises linearly to its peak "
+                      f"at step = warmup = {w}, (d_model · warmup)^-0.5 = {ref.noam_lr(w, d, w):.6g}, then falls "
+                      f"as step^-0.5")
+
+
+register("noam_lr_values", _judge_noam_values)
+register("noam_lr_warmup", _judge_noam_warmup)
+
+
+def _judge_noam_errors(obs: Observations) -> None:
+    for raised, (step, d, w), name in zip(obs["raised"], _NOAM_ERRORS, ("step", "warmup", "d_model"), strict=True):
+        judge_value_error(raised, f"noam_lr(step={step}, d_model={d}, warmup={w}), with {name} below 1", (name,))
+
+
+register("noam_lr_errors", _judge_noam_errors)
 
 
 # ================================================================ concept checks

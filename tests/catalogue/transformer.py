@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, NO_VALUE_ERROR
 from catalogue import Entry
 from solutions.transformer import DecoderLayer, EncoderLayer, FeedForward, TransformerConfig
 
@@ -1009,6 +1010,187 @@ def greedy_with_forward(model, src, start_id, end_id, max_len):
     return out
 
 
+# ================================================================ label_smoothed_cross_entropy
+
+
+def _check_ls(logits, targets, epsilon):
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} do not fit")
+    if not 0 <= epsilon < 1:
+        raise ValueError(f"epsilon must be in [0, 1), got {epsilon}")
+
+
+def ls_other_classes(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    keep = targets != pad_id
+    log_p = torch.log_softmax(logits[keep], dim=-1)
+    q = torch.full_like(log_p, epsilon / (v - 1)).scatter(1, targets[keep][:, None], 1 - epsilon)
+    return -(q * log_p).sum(-1).mean()
+
+
+def ls_target_weight_one(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    keep = targets != pad_id
+    log_p = torch.log_softmax(logits[keep], dim=-1)
+    nll = -log_p.gather(-1, targets[keep][:, None])[:, 0]
+    return (nll - epsilon * log_p.mean(-1)).mean()
+
+
+def ls_classes_summed(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    keep = targets != pad_id
+    log_p = torch.log_softmax(logits[keep], dim=-1)
+    nll = -log_p.gather(-1, targets[keep][:, None])[:, 0]
+    return ((1 - epsilon) * nll - epsilon * log_p.sum(-1)).mean()
+
+
+def ls_epsilon_ignored(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id)
+
+
+def ls_over_padding(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), label_smoothing=epsilon)
+
+
+def ls_pad_zero(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=0, label_smoothing=epsilon)
+
+
+def ls_smoothed_probabilities(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    keep = targets != pad_id
+    p = torch.softmax(logits[keep], dim=-1).gather(-1, targets[keep][:, None])[:, 0]
+    return -torch.log((1 - epsilon) * p + epsilon / v).mean()
+
+
+def ls_kl_divergence(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    keep = targets != pad_id
+    q = (1 - epsilon) * F.one_hot(targets[keep], v).to(logits.dtype) + epsilon / v
+    return F.kl_div(torch.log_softmax(logits[keep], dim=-1), q, reduction="batchmean")
+
+
+def ls_summed(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon,
+                           reduction="sum")
+
+
+def ls_default_epsilon(logits, targets, pad_id, epsilon=0.1):
+    epsilon = epsilon or 0.1
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon)
+
+
+def ls_float32(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.float().reshape(-1, v), targets.reshape(-1), ignore_index=pad_id,
+                           label_smoothing=epsilon)
+
+
+def ls_rebuilt_tensor(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon)
+    return torch.tensor(loss.item(), dtype=logits.dtype)
+
+
+def ls_no_epsilon_check(logits, targets, pad_id, epsilon=0.1):
+    if logits.dim() != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} do not fit")
+    v = logits.shape[-1]  # F.cross_entropy itself accepts label_smoothing=1.0
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon)
+
+
+def ls_torch(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    return F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad_id, label_smoothing=epsilon)
+
+
+def ls_soft_targets(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    keep = targets != pad_id
+    q = (1 - epsilon) * F.one_hot(targets[keep], v).to(logits.dtype) + epsilon / v  # (N, V)
+    return -(q * torch.log_softmax(logits[keep], dim=-1)).sum(-1).mean()
+
+
+def ls_masked_sum(logits, targets, pad_id, epsilon=0.1):
+    _check_ls(logits, targets, epsilon)
+    keep = (targets != pad_id).to(logits.dtype)
+    log_p = torch.log_softmax(logits, dim=-1)
+    nll = -log_p.gather(-1, targets.clamp(min=0)[..., None])[..., 0]
+    per_position = (1 - epsilon) * nll - epsilon * log_p.mean(-1)
+    return (per_position * keep).sum() / keep.sum()
+
+
+# ================================================================ noam_lr
+
+
+def _check_noam(step, d_model, warmup):
+    if step < 1 or d_model < 1 or warmup < 1:
+        raise ValueError(f"step, d_model and warmup must be at least 1: step={step}, d_model={d_model}, "
+                         f"warmup={warmup}")
+
+
+def noam_warmup_sqrt(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-0.5)
+
+
+def noam_no_d_model(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    return min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_d_model_times(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    return math.sqrt(d_model) * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_max(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    return d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)
+
+
+def noam_from_zero(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    step = step + 1  # "the scheduler starts at 0"
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_step_zero_unchecked(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def noam_piecewise(step, d_model, warmup):
+    if min(step, d_model, warmup) < 1:
+        raise ValueError(f"step, d_model and warmup count from 1; got step={step}, d_model={d_model}, warmup={warmup}")
+    if step < warmup:
+        return step / warmup / math.sqrt(d_model * warmup)
+    return 1 / math.sqrt(d_model * step)
+
+
+def noam_torch(step, d_model, warmup):
+    _check_noam(step, d_model, warmup)
+    s = torch.tensor(float(step), dtype=torch.float64)
+    return torch.rsqrt(torch.tensor(float(d_model), dtype=torch.float64)) * torch.minimum(
+        torch.rsqrt(s), s * warmup**-1.5)
+
+
+
 # ================================================================ the catalogue
 
 # ================================================================ concept checks
@@ -1126,6 +1308,38 @@ WRONG = [
           "greedy_decode_eval_mode"),
     Entry("greedy_decode", "start token dropped", greedy_without_start, "start_id missing", "greedy_decode_tokens"),
     Entry("greedy_decode", "float token buffer", greedy_float_buffer, "token ids not int64", "greedy_decode_tokens"),
+    Entry("label_smoothed_cross_entropy", "epsilon over the other V - 1 classes", ls_other_classes,
+          "smoothing over the other classes only", "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "target weight 1", ls_target_weight_one, "target weight not lowered",
+          "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "smoothing summed over the classes", ls_classes_summed,
+          "classes summed instead of averaged", "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "epsilon ignored", ls_epsilon_ignored, "epsilon ignored",
+          "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "averaged over the padding", ls_over_padding,
+          "loss averaged over the padding too", "label_smoothed_cross_entropy_ignores_pads"),
+    Entry("label_smoothed_cross_entropy", "ignore_index=0", ls_pad_zero, "pad_id assumed to be 0",
+          "label_smoothed_cross_entropy_ignores_pads"),
+    Entry("label_smoothed_cross_entropy", "probabilities smoothed", ls_smoothed_probabilities,
+          "probabilities smoothed instead of the targets", "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "KL divergence", ls_kl_divergence, "KL divergence instead of cross-entropy",
+          "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "summed", ls_summed, "summed instead of averaged",
+          "label_smoothed_cross_entropy_values"),
+    Entry("label_smoothed_cross_entropy", "epsilon or 0.1", ls_default_epsilon, "epsilon 0 replaced by the default",
+          "label_smoothed_cross_entropy_no_smoothing"),
+    Entry("label_smoothed_cross_entropy", "dtype changed to float32", ls_float32, DTYPE_CHANGED,
+          "label_smoothed_cross_entropy_gradients"),
+    Entry("label_smoothed_cross_entropy", "loss rebuilt with torch.tensor", ls_rebuilt_tensor, GRAPH_CUT,
+          "label_smoothed_cross_entropy_gradients"),
+    Entry("label_smoothed_cross_entropy", "epsilon not checked", ls_no_epsilon_check, NO_VALUE_ERROR,
+          "label_smoothed_cross_entropy_errors"),
+    Entry("noam_lr", "warmup^-0.5", noam_warmup_sqrt, "warm-up exponent -0.5", "noam_lr_values"),
+    Entry("noam_lr", "no d_model factor", noam_no_d_model, "d_model factor missing", "noam_lr_values"),
+    Entry("noam_lr", "times sqrt(d_model)", noam_d_model_times, "d_model exponent sign", "noam_lr_values"),
+    Entry("noam_lr", "max instead of min", noam_max, "max instead of min", "noam_lr_warmup"),
+    Entry("noam_lr", "step + 1", noam_from_zero, "step off by one", "noam_lr_warmup"),
+    Entry("noam_lr", "step 0 not refused", noam_step_zero_unchecked, NO_VALUE_ERROR, "noam_lr_errors"),
     Entry("decoder_passes", "training token by token", passes_token_by_token,
           "teacher forcing taken to run token by token", "decoder_passes_answer"),
     Entry("decoder_passes", "generation in one pass", passes_generation_in_one, "generation taken as one pass",
@@ -1152,6 +1366,11 @@ CORRECT = [
     Entry("greedy_decode", "preallocated buffer", greedy_preallocated),
     Entry("greedy_decode", "row by row", greedy_row_by_row),
     Entry("greedy_decode", "forward at every step", greedy_with_forward),
+    Entry("label_smoothed_cross_entropy", "F.cross_entropy(label_smoothing=...) on (B, V, T)", ls_torch),
+    Entry("label_smoothed_cross_entropy", "soft targets q", ls_soft_targets),
+    Entry("label_smoothed_cross_entropy", "masked sum over every position", ls_masked_sum),
+    Entry("noam_lr", "two branches", noam_piecewise),
+    Entry("noam_lr", "torch.rsqrt on a 0-dim tensor", noam_torch),
     Entry("decoder_passes", "a list", passes_as_a_list),
     Entry("scored_positions", "a list and a tensor", positions_from_a_range),
 ]
