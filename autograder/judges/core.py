@@ -284,6 +284,31 @@ def matching_suspect(actual: Tensor, suspects: Iterable[Suspect], atol: float, r
     return None
 
 
+def judge_pads_ignored(what: str, losses: Any, pad_id: int, suspects: Callable[[], Iterable[Suspect]],
+                       crashed: Callable[[Raised, str], Mistake], rule: str = "") -> None:
+    """One case of a sequence loss's padding check: ``losses`` is (the loss, the loss with the logits at the pad
+    positions changed, the loss with the logits at the real positions changed). The first two must agree (a pad
+    position counts for nothing; ``rule`` says more, such as which terms), the last must differ; a loss that
+    moves with the pads is named after the suspect it matches, else "pads not ignored"."""
+    for out in losses:
+        if isinstance(out, Raised):
+            raise crashed(out, what)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            raise Mistake(f"{what} should return a single number as a 0-dim tensor, got {describe(out)}")
+    before, after, moved = losses
+    if not torch.allclose(before.to(torch.float64), after.to(torch.float64), atol=1e-5, rtol=1e-4):
+        suspect = matching_suspect(before.reshape(()), suspects(), 1e-5, 1e-4)
+        text = (f"{what}: changing the logits at the pad positions (where targets == {pad_id}) changed the loss from "
+                f"{before.item():.6g} to {after.item():.6g} — a position whose target is pad_id must not count at "
+                f"all{rule}")
+        if suspect is None:
+            raise Mistake(text, "pads not ignored")
+        raise Mistake(f"{named(text, 'pads not ignored')}; it looks like this: {suspect.message}", suspect.name)
+    if torch.allclose(before.to(torch.float64), moved.to(torch.float64), atol=1e-5, rtol=1e-4):
+        raise Mistake(f"{what}: changing the logits at the real positions left the loss at {before.item():.6g} "
+                      f"— the loss must be computed from the logits")
+
+
 def judge_cases(pairs: Iterable[tuple[Any, Callable[[Any], None]]]) -> None:
     """Judge ``(observation, judge)`` pairs: the cases that ran first, then report the first crash.
 

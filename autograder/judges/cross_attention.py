@@ -8,6 +8,7 @@ that a failing learner is told which mistake it looks like.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE, named
+from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE
 from autograder.checks.core import Check, Mistake, Observations, Raised, projection_weights
 from autograder.checks.cross_attention import (
     _CE_CONTRACT,
@@ -45,10 +46,10 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
+    judge_pads_ignored,
     judge_projections,
     judge_tensor,
     judge_value_error,
-    matching_suspect,
     register,
     type_name,
     value_errors,
@@ -405,24 +406,9 @@ judge(Compare(CE_VALUES, ref.sequence_cross_entropy, _ce_what, _ce_suspects,
 
 
 def _judge_ce_pads(obs: Observations) -> None:
-    for (logits, targets, p), (before, after, moved) in zip(CE_VALUES.cases[1:], obs["results"], strict=True):
-        what = _ce_what(logits, targets, p)
-        for out in (before, after, moved):
-            if isinstance(out, Raised):
-                raise _crashed(out, what)
-            if not isinstance(out, Tensor) or out.numel() != 1:
-                raise Mistake(f"{what} should return a single number as a 0-dim tensor, got {out!r:.80}")
-        if not torch.allclose(before.to(torch.float64), after.to(torch.float64), atol=1e-5, rtol=1e-4):
-            suspect = matching_suspect(before, _ce_suspects(logits, targets, p), 1e-5, 1e-4)
-            text = (f"{what}: changing the logits at the pad positions (where targets == {p}) changed the loss from "
-                    f"{before.item():.6g} to {after.item():.6g} — a position whose target is pad_id must not count at "
-                    f"all")
-            if suspect is None:
-                raise Mistake(text, "pads not ignored")
-            raise Mistake(f"{named(text, 'pads not ignored')}; it looks like this: {suspect.message}", suspect.name)
-        if torch.allclose(before.to(torch.float64), moved.to(torch.float64), atol=1e-5, rtol=1e-4):
-            raise Mistake(f"{what}: changing the logits at the real positions left the loss at {before.item():.6g} "
-                          f"— the loss must be computed from the logits")
+    for (logits, targets, p), losses in zip(CE_VALUES.cases[1:], obs["results"], strict=True):
+        judge_pads_ignored(_ce_what(logits, targets, p), losses, p, functools.partial(_ce_suspects, logits, targets, p),
+                           _crashed)
 
 
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)

@@ -12,6 +12,7 @@ into the learner's modules (with the loaders of the probes' module).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -72,9 +73,9 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
+    judge_pads_ignored,
     judge_tensor,
     judge_value_error,
-    matching_suspect,
     register,
 )
 from solutions import transformer as ref
@@ -967,24 +968,10 @@ judge(Compare(LS_PLAIN, ref.label_smoothed_cross_entropy, _ls_what, _ls_suspects
 
 
 def _judge_ls_pads(obs: Observations) -> None:
-    for (logits, targets, p, eps), (before, after, moved) in zip(LS_VALUES.cases[1:], obs["results"], strict=True):
-        what = _ls_what(logits, targets, p, eps)
-        for out in (before, after, moved):
-            if isinstance(out, Raised):
-                raise _ls_crashed(out, what)
-            if not isinstance(out, Tensor) or out.numel() != 1:
-                raise Mistake(f"{what} should return a single number as a 0-dim tensor, got {describe(out)}")
-        if not torch.allclose(before.to(torch.float64), after.to(torch.float64), atol=1e-5, rtol=1e-4):
-            suspect = matching_suspect(before.reshape(()), _ls_suspects(logits, targets, p, eps), 1e-5, 1e-4)
-            text = (f"{what}: changing the logits at the pad positions (where targets == {p}) changed the loss from "
-                    f"{before.item():.6g} to {after.item():.6g} — a position whose target is pad_id must not count at "
-                    f"all, neither its target term nor its smoothing term")
-            if suspect is None:
-                raise Mistake(text, "pads not ignored")
-            raise Mistake(f"{text}; it looks like this: {suspect.message}", suspect.name)
-        if torch.allclose(before.to(torch.float64), moved.to(torch.float64), atol=1e-5, rtol=1e-4):
-            raise Mistake(f"{what}: changing the logits at the real positions left the loss at {before.item():.6g} "
-                          f"— the loss must be computed from the logits")
+    for (logits, targets, p, eps), losses in zip(LS_VALUES.cases[1:], obs["results"], strict=True):
+        judge_pads_ignored(_ls_what(logits, targets, p, eps), losses, p,
+                           functools.partial(_ls_suspects, logits, targets, p, eps), _ls_crashed,
+                           ", neither its target term nor its smoothing term")
 
 
 register("label_smoothed_cross_entropy_ignores_pads", _judge_ls_pads)
