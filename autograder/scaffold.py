@@ -177,7 +177,7 @@ def _docstring(r: Request, indent: str) -> str:
 
 # ---------------------------------------------------------------- the notebook
 
-def notebook_cells(r: Request, number: int, module: str, ids: set[str]) -> list[dict]:
+def notebook_cells(r: Request, number: int, ids: set[str]) -> list[dict]:
     """The cells of the new section, numbered ``number``, with ids not in ``ids``."""
     stem = r.name.replace("_", "-")
 
@@ -264,7 +264,7 @@ def new_notebook(c: Chapter, r: Request) -> dict:
     if cells and cells[0]["cell_type"] == "markdown":
         cells[0]["source"] = _lines(_intro_list("".join(cells[0]["source"]), r, number))
     ids = {cell.get("id") for cell in cells}
-    cells[at:at] = notebook_cells(r, number, c.module, ids)
+    cells[at:at] = notebook_cells(r, number, ids)
     return nb
 
 
@@ -337,7 +337,7 @@ def _add_imports(text: str, module: str, names: list[str]) -> str:
     return "\n".join(lines[:node.lineno - 1] + block + lines[node.end_lineno:])
 
 
-def checks_section(r: Request, c: Chapter) -> str:
+def checks_section(r: Request) -> str:
     call = ", ".join(a for a, _ in _arguments(r.signature))
     parts = [f"\n\n# ================================================================ {r.name}\n"]
     for prop, _ in r.tests:
@@ -349,7 +349,7 @@ def checks_section(r: Request, c: Chapter) -> str:
     return "".join(parts) + "\n"
 
 
-def judges_section(r: Request, c: Chapter) -> str:
+def judges_section(r: Request) -> str:
     arguments = _arguments(r.signature)
     params = ", ".join(f"{a}: {t}" if t else a for a, t in arguments)
     shown = ", ".join(f"{a} of shape {{tuple({a}.shape)}}" if t == "Tensor" else f"{a}={{{a}!r}}"
@@ -380,7 +380,7 @@ def _ensure_imported(text: str, module: str, names: list[str]) -> str:
 
 def new_checks(text: str, c: Chapter, r: Request) -> str:
     text = _ensure_imported(text, "autograder.checks.core", ["Check", "declare"])
-    return text.rstrip("\n") + "\n" + checks_section(r, c)
+    return text.rstrip("\n") + "\n" + checks_section(r)
 
 
 def new_judges(text: str, c: Chapter, r: Request) -> str:
@@ -390,7 +390,7 @@ def new_judges(text: str, c: Chapter, r: Request) -> str:
     text = _ensure_imported(text, "autograder.judges.core", needed)
     if "Tensor" in r.signature and not re.search(r"^from torch import .*\bTensor\b", text, re.M):
         raise ScaffoldError(f"autograder/judges/{c.module}.py does not import Tensor, which the signature uses")
-    return text.rstrip("\n") + "\n" + judges_section(r, c)
+    return text.rstrip("\n") + "\n" + judges_section(r)
 
 
 def new_catalogue(text: str, c: Chapter, r: Request) -> str:

@@ -30,7 +30,7 @@ from notebook_grading import (
 )
 
 from autograder.chapters import chapter
-from autograder.release import generate_release, nbgrader_env
+from autograder.release import REPO_ROOT, generate_release, nbgrader_env
 
 ALL = sorted(ASSIGNMENTS)
 
@@ -141,7 +141,7 @@ def _visible_part(source: str) -> str:
 
 
 def _where(assignment: str) -> str:
-    return f"autograder/source/{assignment}/{ASSIGNMENTS[assignment][0]}"
+    return str(source_notebook(assignment).relative_to(REPO_ROOT))
 
 
 @pytest.mark.parametrize("assignment", ALL)
