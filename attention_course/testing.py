@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 from torch import Tensor
@@ -79,6 +81,108 @@ def fail(message: str, name: str | None = None) -> None:
     raise CheckFailed(message, name)
 
 
+@dataclass(frozen=True)
+class KnownMistake:
+    """One likely mistake, declared once for the visible check and the hidden judge alike.
+
+    ``name`` is its short name, ``message`` what the learner reads: what went wrong and what to do (a text, or a
+    function of the case that gives it). ``wrong(right, *case)`` is the value the mistake gives on a case, written
+    with PyTorch's own functions; ``right(*args)`` computes the correct answer, for mistakes that are the right
+    answer turned around, shifted or given other arguments. The visible check passes its own computation as
+    ``right``, the hidden judge the reference, so neither the reference nor the judges ship with the notebook.
+    ``when(*case)`` says on which cases the mistake can be told from the right answer (default: all of them).
+    A mistake that gives no value to compare (a table kept in the wrong place, say) has no ``wrong``; checks
+    raise it with :meth:`fail` (visible) or the judges' ``mistake`` (hidden).
+    """
+
+    name: str
+    message: str | Callable[..., str]
+    wrong: Callable[..., object] | None = None
+    when: Callable[..., bool] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or mistake_name(named("x", self.name)) != self.name:
+            raise ValueError(f"the known mistake {self.name!r} needs a name of a few words that starts with a letter "
+                             f"and holds no parentheses")
+
+    def text(self, *case: object, **fields: object) -> str:
+        """The message for ``case`` (a message that is a function), or filled in with ``fields`` (``{name}``)."""
+        if callable(self.message):
+            return self.message(*case, **fields)
+        return self.message.format(**fields) if fields else self.message
+
+    def applies(self, *case: object) -> bool:
+        return self.wrong is not None and (self.when is None or bool(self.when(*case)))
+
+    def gives(self, right: Callable[..., object], *case: object) -> object:
+        """What this mistake returns on ``case``."""
+        if self.wrong is None:
+            raise TypeError(f"the mistake {self.name!r} declares no value")
+        return self.wrong(right, *case)
+
+    def said(self, *case: object, **fields: object) -> str:
+        """The message, then `` (name)``: a text that names the mistake, for :func:`expect_runs`' crashes."""
+        return named(self.text(*case, **fields), self.name)
+
+    def fail(self, what: str = "", *, looks_like: Iterable[tuple[object, Mapping[str, object]]] = (),
+             atol: float = 1e-4, rtol: float = 1e-4, **fields: object) -> NoReturn:
+        """Fail the check with this mistake: ``what`` (the call), then the message filled in with ``fields``.
+
+        A property that fails (codes not unique, say) is often the symptom of a mistake that has a name of its
+        own. ``looks_like`` holds pairs (an output of the learner's, :meth:`Mistakes.suspects` on the same
+        inputs), tried in order: when an output matches a suspect, the message goes on with what it looks like
+        and the check names that mistake, as the hidden judge does.
+        """
+        text = self.text(**fields)
+        message = f"{what}: {text}" if what else text
+        for actual, suspects in looks_like:
+            for suspect, candidate in suspects.items():
+                if isinstance(actual, Tensor) and _matches(actual, candidate, atol, rtol):
+                    name = mistake_name(suspect)
+                    fail(f"{named(message, self.name)} It looks like this: {suspect[: -len(name) - 3]}", name)
+        fail(message, self.name)
+
+
+class OneOf(list):
+    """What one mistake gives in any of several ways (the token vectors concatenated before or after the codes,
+    say): a suspect matches when one of them does."""
+
+
+def _gives_or_none(mistake: KnownMistake, right: Callable[..., object], case: tuple) -> object:
+    try:
+        return mistake.gives(right, *case)
+    except Exception:  # this way of making the mistake cannot run on these inputs
+        return None
+
+
+class Mistakes(tuple):
+    """The known mistakes of one computation, in the order they are tried; every case of theirs has one form,
+    which the module that declares them states (e.g. ``(x, positions, base)``)."""
+
+    def __new__(cls, items: Iterable[KnownMistake]) -> Mistakes:
+        items = tuple(items)
+        if not all(isinstance(item, KnownMistake) for item in items):
+            raise TypeError("Mistakes holds KnownMistake declarations only")
+        return super().__new__(cls, items)
+
+    def suspects(self, right: Callable[..., object], *case: object) -> dict[str, Callable[[], object]]:
+        """For :func:`assert_close` and :func:`assert_answer`: ``"message (name)"`` -> what each mistake that
+        applies to ``case`` gives there, computed only when a wrong answer is being named."""
+        found: dict[str, list[KnownMistake]] = {}
+        for m in self:
+            if m.applies(*case):
+                found.setdefault(named(m.text(*case), m.name), []).append(m)
+        return {text: (lambda ms=ms: OneOf(_gives_or_none(m, right, case) for m in ms) if len(ms) > 1
+                       else ms[0].gives(right, *case)) for text, ms in found.items()}
+
+    def named(self, name: str) -> KnownMistake:
+        """The declaration called ``name``."""
+        for m in self:
+            if m.name == name:
+                return m
+        raise KeyError(f"no known mistake named {name!r}")
+
+
 def _shape(x: object) -> str:
     return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
 
@@ -114,6 +218,8 @@ def _matches(actual: Tensor, candidate: object, atol: float, rtol: float) -> boo
             candidate = candidate()
         except Exception:  # this suspect cannot run on these inputs, so it is not what the learner did
             return False
+    if isinstance(candidate, OneOf):
+        return any(_matches(actual, one, atol, rtol) for one in candidate)
     if not isinstance(candidate, Tensor) or candidate.shape != actual.shape:
         return False
     return torch.allclose(actual.detach().to(torch.float64), candidate.detach().to(torch.float64),
@@ -191,7 +297,8 @@ def assert_answer(actual: object, expected: object, what: str, suspects: Mapping
     """A concept check: ``actual`` must equal ``expected`` (compared as :func:`answer_value`).
 
     ``suspects`` maps a message that ends with a misconception's name, ``"... (name)"``, to the answer that
-    misconception gives; a wrong answer equal to one fails with that message.
+    misconception gives (or a function that computes it, as :meth:`Mistakes.suspects` gives); a wrong answer equal
+    to one fails with that message.
     """
     if actual is None:
         fail(f"{what} is None — did you forget to `return` the answer?", NO_RETURN)
@@ -199,7 +306,9 @@ def assert_answer(actual: object, expected: object, what: str, suspects: Mapping
     if got == want:
         return
     for message, candidate in (suspects or {}).items():
-        if answer_value(candidate) == got:
+        if callable(candidate):
+            candidate = candidate()
+        if any(answer_value(one) == got for one in (candidate if isinstance(candidate, OneOf) else [candidate])):
             fail(f"{what} is {got!r}: {message}")
     fail(f"{what} is {got!r}, expected {want!r}{' — ' + hint if hint else ''}")
 

@@ -4,7 +4,7 @@
 functions and classes may pass a graded exercise. The leak scan (``autograder/leaks.py``) only finds copied
 lines; this test finds rewritten answers by their behaviour. For every exercise of every chapter (the
 ``grade_id`` of each solution cell of ``autograder/source/*/*.ipynb``) and every public function or class
-defined in a module of ``attention_course`` whose signature can take the reference's arguments, it grades the
+defined in a module of ``attention_course`` (its subpackages included) whose signature can take the reference's arguments, it grades the
 callable in-process as that exercise, through the exercise's own test cells, hidden checks included
 (:func:`notebook_grading.grade_in_process`). Each must fail at least one of them.
 
@@ -48,8 +48,9 @@ ENTRY_POINTS = {"main"}
 def public_callables() -> dict[str, Any]:
     """``module.name`` -> every public function and class defined in a module of attention_course, once each, named
     after the module that defines it (or, for one put there from elsewhere, the first module that holds it)."""
-    modules = [importlib.import_module(f"attention_course.{info.name}")
-               for info in sorted(pkgutil.iter_modules(attention_course.__path__), key=lambda m: m.name)]
+    modules = [importlib.import_module(info.name)  # subpackages too: attention_course.mistakes.positional, ...
+               for info in sorted(pkgutil.walk_packages(attention_course.__path__, "attention_course."),
+                                  key=lambda m: m.name)]
     home = {module.__name__ for module in modules}
     found: dict[int, str] = {}
     objects: dict[int, Any] = {}

@@ -17,6 +17,7 @@ submission. A judge that crashes on a record that fits fails the answer with
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -33,6 +34,8 @@ from attention_course.testing import (
     MODIFIED_IN_PLACE,
     NO_RETURN,
     NO_VALUE_ERROR,
+    KnownMistake,
+    Mistakes,
     answer_value,
     mistake_name,
     named,
@@ -265,6 +268,31 @@ class Suspect:
         """The same mistake, producing item ``index`` of what this one produces (e.g. the weights of
         ``(out, weights)``)."""
         return Suspect(self.message, self.name, lambda: self.produce()[index])
+
+
+def declared(mistakes: Mistakes, right: Callable[..., Any],
+             case: Callable[..., tuple] | None = None) -> Callable[..., list[Suspect]]:
+    """The suspects of a check from the mistakes declared in ``attention_course.mistakes``, which the visible
+    checks use too: each mistake that applies to the case, recomputed with the reference ``right``.
+
+    ``case(*check_case)`` turns a case of the check into the form the declarations take, when the two differ
+    (a seed into the weights it draws, say).
+    """
+    def suspects(*check_case: Any) -> list[Suspect]:
+        args = case(*check_case) if case is not None else check_case
+        return [Suspect(m.text(*args), m.name, functools.partial(m.gives, right, *args))
+                for m in mistakes if m.applies(*args)]
+
+    # for tests/test_known_mistakes.py: which declarations a check names its mistakes from, and how
+    suspects.mistakes, suspects.right, suspects.case = mistakes, right, case
+    return suspects
+
+
+def mistake(known: KnownMistake, what: str = "", **fields: Any) -> Mistake:
+    """The :class:`Mistake` of a declared mistake that has no value to compare: ``what`` (the call), then the
+    declaration's message filled in with ``fields``."""
+    text = known.text(**fields)
+    return Mistake(f"{what}: {text}" if what else text, known.name)
 
 
 def _close(a: Tensor, b: Tensor, atol: float, rtol: float) -> bool:
