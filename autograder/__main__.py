@@ -57,7 +57,8 @@ def _new_exercise(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     print(f"scaffolded {args.name} in {args.assignment}: {tests}\nwrote "
           + "\n      ".join(str(p.relative_to(root)) for p in written)
           + "\nnow write by hand (CONTRIBUTING.md, \"Adding an exercise\"): the reference, the notebook's answer, text "
-          "and visible checks, the cases, the judge, and a wrong and a correct catalogue entry")
+          "and visible checks, the cases, the known mistakes (attention_course/mistakes/, or the judge in a chapter "
+          "that has none there), and a wrong and a correct catalogue entry")
     return 0
 
 

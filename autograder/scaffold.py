@@ -11,7 +11,10 @@ nothing else (CONTRIBUTING.md, "Adding an exercise"):
 - ``autograder/chapters.py``: the name appended to the chapter's contract;
 - ``solutions/<module>.py``: a reference stub after the last contract exercise, added to ``__all__``;
 - ``autograder/checks/<module>.py`` and ``autograder/judges/<module>.py``: a ``Check`` with no cases yet (which
-  refuses to load until it has some) and its ``Compare`` (or ``value_errors`` for a test named ``errors``);
+  refuses to load until it has some) and its ``Compare`` (or ``value_errors`` for a test named ``errors``); in a
+  chapter that declares its mistakes (``attention_course/mistakes/<module>.py``), an empty group of them there,
+  which the judge names its suspects from, and the list of the words the errors test wants: the judge is then
+  complete;
 - ``tests/catalogue/<module>.py``: a comment with the form of a wrong and a correct entry (the catalogue test
   fails until both exist);
 - ``book/notation.md``'s table of exercises, ``README.md``'s points and ``book/intro.md``'s list of what each
@@ -150,6 +153,12 @@ def _checks(c: Chapter) -> Path:
 
 def _judges(c: Chapter) -> Path:
     return REPO_ROOT / "autograder" / "judges" / f"{c.module}.py"
+
+
+def _mistakes(c: Chapter) -> Path:
+    """The chapter's declared mistakes; a chapter with this file names every mistake from it
+    (``tests/test_known_mistakes.py``)."""
+    return REPO_ROOT / "attention_course" / "mistakes" / f"{c.module}.py"
 
 
 def _catalogue(c: Chapter) -> Path:
@@ -349,24 +358,46 @@ def checks_section(r: Request) -> str:
     return "".join(parts) + "\n"
 
 
-def judges_section(r: Request) -> str:
+def judges_section(r: Request, declared: bool = False) -> str:
+    """The judges of the new checks. In a chapter that declares its mistakes (``declared``) they name them from
+    ``attention_course.mistakes.<module>``, and nothing is left to write here."""
     arguments = _arguments(r.signature)
     params = ", ".join(f"{a}: {t}" if t else a for a, t in arguments)
     shown = ", ".join(f"{a} of shape {{tuple({a}.shape)}}" if t == "Tensor" else f"{a}={{{a}!r}}"
                       for a, t in arguments)
     fn = f"_{r.name}"
     parts = [f"\n\n# ================================================================ {r.name}\n\n"
-             f"def {fn}_what({params}) -> str:\n    return f\"{r.name}({shown})\"\n\n\n"
-             f"def {fn}_suspects({params}) -> list[Suspect]:\n"
-             f"    return [  # each likely mistake, recomputed on the same inputs: Suspect(message, name, produce)\n"
-             f"    ]\n\n"]
+             f"def {fn}_what({params}) -> str:\n    return f\"{r.name}({shown})\"\n\n\n"]
+    if declared:
+        parts.append(f"{fn}_suspects = declared(known.{r.name.upper()}, ref.{r.name})\n\n")
+    else:
+        parts.append(f"def {fn}_suspects({params}) -> list[Suspect]:\n"
+                     f"    return [  # each likely mistake, recomputed on the same inputs: Suspect(message, name, "
+                     f"produce)\n    ]\n\n")
     for prop, _ in r.tests:
-        if prop == "errors":
+        if prop == "errors" and declared:
+            parts.append(f"\nregister(\"{r.name}_errors\", value_errors({_constant(r, prop)}, "
+                         f"known.{_constant(r, 'refused')}))")
+        elif prop == "errors":
             parts.append(f"\nregister(\"{r.name}_errors\", value_errors({_constant(r, prop)}, [\n"
                          f"    # per case: (what the call is, (words its ValueError must mention, ...)),\n]))")
         else:
             parts.append(f"\njudge(Compare({_constant(r, prop)}, ref.{r.name}, {fn}_what, {fn}_suspects))")
     return "".join(parts) + "\n"
+
+
+def mistakes_section(r: Request) -> str:
+    """A declared chapter's new group of mistakes, empty, and the words its bad calls' ValueErrors must say."""
+    call = ", ".join(a for a, _ in _arguments(r.signature))
+    parts = [f"\n\n# ================================================================ {r.name}\n"
+             f"# Cases: ({call}{',' * (len(_arguments(r.signature)) == 1)}). right({call}) is the right answer.\n\n"
+             f"{r.name.upper()} = Mistakes([\n"
+             f"    # KnownMistake(name, message, lambda right, {call}: what the mistake gives, from torch and right)\n"
+             f"])\n"]
+    if any(p == "errors" for p, _ in r.tests):
+        parts.append(f"\n#: Per case of {r.name}_errors, in order: (what the call is, (words its ValueError must "
+                     f"mention, ...)).\n{_constant(r, 'refused')} = [\n]\n")
+    return "".join(parts)
 
 
 def _ensure_imported(text: str, module: str, names: list[str]) -> str:
@@ -384,13 +415,23 @@ def new_checks(text: str, c: Chapter, r: Request) -> str:
 
 
 def new_judges(text: str, c: Chapter, r: Request) -> str:
+    declared = _mistakes(c).exists()
     text = _add_imports(text, f"autograder.checks.{c.module}", [_constant(r, p) for p, _ in r.tests])
-    needed = ["Suspect"] + (["Compare", "judge"] if any(p != "errors" for p, _ in r.tests) else [])
+    needed = ["declared"] if declared else ["Suspect"]
+    needed += ["Compare", "judge"] if any(p != "errors" for p, _ in r.tests) else []
     needed += ["register", "value_errors"] if any(p == "errors" for p, _ in r.tests) else []
     text = _ensure_imported(text, "autograder.judges.core", needed)
     if "Tensor" in r.signature and not re.search(r"^from torch import .*\bTensor\b", text, re.M):
         raise ScaffoldError(f"autograder/judges/{c.module}.py does not import Tensor, which the signature uses")
-    return text.rstrip("\n") + "\n" + judges_section(r)
+    if declared and f"from attention_course.mistakes import {c.module} as known" not in text:
+        raise ScaffoldError(f"autograder/judges/{c.module}.py does not import its chapter's declared mistakes, "
+                            f"`from attention_course.mistakes import {c.module} as known`")
+    return text.rstrip("\n") + "\n" + judges_section(r, declared)
+
+
+def new_mistakes(text: str, c: Chapter, r: Request) -> str:
+    text = _ensure_imported(text, "attention_course.testing", ["KnownMistake", "Mistakes"])
+    return text.rstrip("\n") + "\n" + mistakes_section(r)
 
 
 def new_catalogue(text: str, c: Chapter, r: Request) -> str:
@@ -463,6 +504,8 @@ def new_exercise(r: Request, regenerate: bool = True) -> list[Path]:
         readme: new_readme(read[readme], c, points),
         intro: new_intro(read[intro], c, r.name),
     }
+    if _mistakes(c).exists():
+        written[_mistakes(c)] = new_mistakes(_mistakes(c).read_text(encoding="utf-8"), c, r)
     for path, text in written.items():
         if path.suffix == ".py":
             compile(text, str(path), "exec")  # a scaffold that writes broken code stops before writing anything

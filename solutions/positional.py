@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
-    "sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "apply_rotary",
+    "sinusoidal_encoding", "SinusoidalPositionalEncoding", "LearnedPositionalEmbedding", "apply_rotary", "alibi_bias",
     "encoded_shape", "same_without_positions",  # concept checks
 ]
 
@@ -188,6 +188,43 @@ def apply_rotary(x: Tensor, positions: Tensor | None = None, base: float = 10000
     a, b = x[..., 0::2].to(compute), x[..., 1::2].to(compute)  # (..., T, d/2) each: the pairs (a, b)
     rotated = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., T, d/2, 2)
     return rotated.flatten(-2).to(x.dtype)  # (..., T, d/2, 2) -> (..., T, d), interleaved back
+
+
+def _alibi_slopes(n_heads: int) -> list[float]:
+    """The heads' slopes, steepest first, as in the code of Press et al. (2022)."""
+    if n_heads & (n_heads - 1) == 0:  # a power of two: a geometric sequence from 2^(-8/n) down to 2^(-8)
+        return [2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)]
+    below = 2 ** math.floor(math.log2(n_heads))  # the largest power of two under n_heads
+    return _alibi_slopes(below) + _alibi_slopes(2 * below)[0::2][: n_heads - below]
+
+
+def alibi_bias(n_heads: int, T: int) -> Tensor:
+    r"""The attention bias of ALiBi (Press et al., 2022): ``(n_heads, T, T)``, added to the scores.
+
+    .. math:: \mathrm{bias}_{h,i,j} = m_h \,(j - i)
+
+    Query ``i`` and key ``j`` get nothing on the diagonal and ``-m_h`` per step back. With ``n = n_heads`` a power
+    of two, head ``h`` has the slope :math:`m_h = 2^{-8(h+1)/n}`, ``h = 0 .. n-1`` (n = 8: 1/2, 1/4, ..., 1/256).
+    Otherwise, with ``n'`` the largest power of two below ``n``: the ``n'`` slopes of ``n'`` heads, then the slopes
+    at the even indices 0, 2, 4, ... of ``2n'`` heads, until there are ``n``. Above the diagonal (``j > i``) the
+    bias is positive; the causal mask, a separate boolean mask, removes those scores.
+
+    Args:
+        n_heads: the number of heads, at least 1.
+        T: the length of the sequence, at least 1.
+
+    Returns:
+        A ``(n_heads, T, T)`` tensor in the default dtype (float32).
+
+    Raises:
+        ValueError: if ``n_heads`` or ``T`` is below 1; the message names it.
+    """
+    if n_heads < 1 or T < 1:
+        raise ValueError(f"alibi_bias needs n_heads >= 1 and T >= 1, got n_heads={n_heads}, T={T}")
+    slopes = torch.tensor(_alibi_slopes(n_heads), dtype=torch.float64)  # (n_heads,)
+    positions = torch.arange(T, dtype=torch.float64)  # (T,)
+    distance = positions[None, :] - positions[:, None]  # (T, T): key j minus query i
+    return (slopes[:, None, None] * distance).to(torch.get_default_dtype())  # (n_heads, T, T)
 
 
 # ---------------------------------------------------------------- concept checks

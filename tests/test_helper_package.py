@@ -4,9 +4,9 @@
 functions and classes may pass a graded exercise. The leak scan (``autograder/leaks.py``) only finds copied
 lines; this test finds rewritten answers by their behaviour. For every exercise of every chapter (the
 ``grade_id`` of each solution cell of ``autograder/source/*/*.ipynb``) and every public function or class
-defined in a module of ``attention_course`` (its subpackages included) whose signature can take the reference's arguments, it grades the
-callable in-process as that exercise, through the exercise's own test cells, hidden checks included
-(:func:`notebook_grading.grade_in_process`). Each must fail at least one of them.
+defined in a module of ``attention_course`` (its subpackages included) whose signature can take the reference's
+arguments, it grades the callable in-process as that exercise, through the exercise's own test cells, hidden
+checks included (:func:`notebook_grading.grade_in_process`). Each must fail at least one of them.
 
 The controls: the references themselves pass, and a correct answer planted in the package is caught.
 

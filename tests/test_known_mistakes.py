@@ -47,7 +47,8 @@ def _declarations(chapter) -> dict[str, KnownMistake | Mistakes]:
 
 
 def _compares(chapter) -> list[judges.Compare]:
-    judges.load_judges()
+    failed = judges.load_judges()
+    assert not failed, f"judge modules that do not load: {failed}"
     ids = {nbgrader_meta(c)["grade_id"] for c in graded_cells(nbformat.read(source_notebook(chapter.assignment), 4))}
     return [j for check_id, j in judges._JUDGES.items() if check_id in ids and isinstance(j, judges.Compare)]
 

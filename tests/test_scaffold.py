@@ -23,13 +23,13 @@ from autograder.scaffold import ScaffoldError, make_request, parse_tests
 
 ASSIGNMENT, MODULE, NAME = "05_positional_encoding", "positional", "relative_distance"
 #: the guide's example chapter, whose paths the walk-through maps onto this one
-EXAMPLE = ("01_self_attention", "self_attention")
+EXAMPLE = ("05_positional_encoding", "positional")
 SOURCE = f"autograder/source/{ASSIGNMENT}/{MODULE}.ipynb"
 RELEASE = f"notebooks/{ASSIGNMENT}/{MODULE}.ipynb"
 #: what the scaffold writes, besides the student notebook it regenerates
 SCAFFOLDED = {SOURCE, "autograder/chapters.py", f"solutions/{MODULE}.py", f"autograder/checks/{MODULE}.py",
               f"autograder/judges/{MODULE}.py", f"tests/catalogue/{MODULE}.py", "book/notation.md", "README.md",
-              "book/intro.md", RELEASE}
+              "book/intro.md", RELEASE, f"attention_course/mistakes/{MODULE}.py"}
 
 
 # ---------------------------------------------------------------- refusals, in-process (nothing is written)
@@ -137,27 +137,30 @@ def _write_by_hand(copy: Path) -> None:
 
             run_check("{NAME}_values", {NAME})
             ### END HIDDEN TESTS
-            expected = torch.tensor([[0, 1, 2], [-1, 0, 1], [-2, -1, 0]])
-            assert_close({NAME}(3), expected, "{NAME}(3)", suspects={{
-                "entry [i, j] is key j minus query i, not i - j (sign flipped)": -expected}})'''),
+            def by_hand(T):
+                return torch.tensor([[j - i for j in range(T)] for i in range(T)])
+
+
+            assert_close({NAME}(3), by_hand(3), "{NAME}(3)", suspects=known.RELATIVE_DISTANCE.suspects(by_hand, 3))'''),
         f"{NAME}_errors": textwrap.dedent(f'''\
             ### BEGIN HIDDEN TESTS
             from autograder.checks import run_check
 
             run_check("{NAME}_errors", {NAME})
             ### END HIDDEN TESTS
-            expect_value_error(lambda: {NAME}(0), "{NAME}(0)", must_mention=["T"])'''),
+            what, words = known.RELATIVE_DISTANCE_REFUSED[0]
+            expect_value_error(lambda: {NAME}(0), what, must_mention=words)'''),
     })
     checks = copy / f"autograder/checks/{MODULE}.py"
     _edit(checks, "    # (T,): each case an argument tuple built from fixed seeds\n", "    (1,), (4,), (7,),\n")
     _edit(checks, "    # (T,): every case must raise ValueError\n", "    (0,), (-2,),\n")
-    judges = copy / f"autograder/judges/{MODULE}.py"
-    suspects = "    return [  # each likely mistake, recomputed on the same inputs: Suspect(message, name, produce)\n"
-    _edit(judges, suspects + "    ]\n",
-          "    return [Suspect(\"entry [i, j] is key j minus query i, not i - j\", \"sign flipped\",\n"
-          f"                    lambda: -ref.{NAME}(T))]\n")
-    _edit(judges, "    # per case: (what the call is, (words its ValueError must mention, ...)),\n",
-          f'    ("{NAME}(0)", ("T",)), ("{NAME}(-2)", ("T",)),\n')
+    mistakes = copy / f"attention_course/mistakes/{MODULE}.py"
+    _edit(mistakes, "    # KnownMistake(name, message, lambda right, T: what the mistake gives, from torch and "
+                    "right)\n",
+          '    KnownMistake("sign flipped", "entry [i, j] is key j minus query i, not i - j",\n'
+          '                 lambda right, T: -right(T), when=lambda T: T > 1),\n')
+    _edit(mistakes, "RELATIVE_DISTANCE_REFUSED = [\n]",
+          f'RELATIVE_DISTANCE_REFUSED = [("{NAME}(0)", ("T",)), ("{NAME}(-2)", ("T",))]')
     catalogue = copy / f"tests/catalogue/{MODULE}.py"
     text = catalogue.read_text(encoding="utf-8")
     text = text.replace("\nWRONG = [\n", f"\nWRONG = [\n    Entry(\"{NAME}\", \"query minus key\", {NAME}_flipped, "
@@ -214,7 +217,7 @@ def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
     _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_assignments.py", "-k",
          f"{ASSIGNMENT} and (conventions or contracts or release_is_current)")
     _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_reference_pages.py",
-         "tests/test_chapters.py", "tests/test_names.py")
+         "tests/test_chapters.py", "tests/test_names.py", "tests/test_known_mistakes.py")
     status = _run(copy, "tests/catalogue_status.py", ASSIGNMENT, "--all")
     assert f"ok  {NAME}: 'query minus key' -> (sign flipped) in {NAME}_values" in status, status
     assert f"FIX correct {NAME}" not in status and f"{ASSIGNMENT}: 0 entries to fix" in status, status

@@ -333,3 +333,64 @@ WITHOUT_POSITIONS = Mistakes([
                  "weights, so how many times each word occurs matters, not only which words occur",
                  lambda right, a, b: set(a) == set(b)),
 ])
+
+
+# ================================================================ alibi_bias
+# Cases: (n_heads, T). right(n_heads, T) is the right answer.
+
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
+
+
+def _distance(right: Callable[..., Tensor], T: int) -> Tensor:
+    """(T, T): j - i, read off the right bias of one head, whose slope is 2^-8."""
+    return right(1, T)[0].to(torch.float64) * 2.0 ** 8
+
+
+def _odd_fill(right: Callable[..., Tensor], n: int, T: int) -> Tensor:
+    below = 2 ** math.floor(math.log2(n))
+    return torch.cat([right(below, T), right(2 * below, T)[1::2][: n - below]])
+
+
+ALIBI_BIAS = Mistakes([
+    KnownMistake("slopes in reverse order", "head 0 has the shallowest slope: the slopes run from the steepest, "
+                 "m_0 = 2^(-8/n), down to the shallowest, 2^(-8)",
+                 lambda right, n, T: right(n, T).flip(0), when=lambda n, T: n > 1 and T > 1),
+    KnownMistake("head 0 given the slope 1", "head 0 has the slope 1: the heads count from h = 0, and "
+                 "head h's slope is 2^(-8(h+1)/n), so head 0's is 2^(-8/n)",
+                 lambda right, n, T: right(n, T).to(torch.float64) * 2.0 ** (8 / n),
+                 when=lambda n, T: _power_of_two(n) and T > 1),
+    KnownMistake("bias grows with the distance", "the bias rises as the key gets further back: bias[h, i, j] = "
+                 "m_h · (j − i) is −m_h for the key just before the query and falls with every step back",
+                 lambda right, n, T: -right(n, T), when=lambda n, T: T > 1),
+    KnownMistake("absolute distance", "the bias is −m_h · |j − i|, the same for keys before and after the query: "
+                 "it is m_h · (j − i) everywhere, positive above the diagonal, where the causal mask removes it",
+                 lambda right, n, T: -right(n, T).abs(), when=lambda n, T: T > 1),
+    KnownMistake("causal mask merged into the bias", "the entries above the diagonal are −inf: the bias is "
+                 "m_h · (j − i) everywhere, and the causal mask stays a boolean mask of its own (True = may attend)",
+                 lambda right, n, T: right(n, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf),
+                 when=lambda n, T: T > 1),
+    KnownMistake("slopes left out", "every head adds the bare distance j − i: head h multiplies it by its own "
+                 "slope m_h", lambda right, n, T: _distance(right, T).expand(n, T, T), when=lambda n, T: T > 1),
+    KnownMistake("one slope for every head", "every head has the slope of head 0: each head h has its own, "
+                 "m_h = 2^(-8(h+1)/n), so that some heads look near and others far",
+                 lambda right, n, T: right(n, T)[:1].expand(n, T, T), when=lambda n, T: n > 1 and T > 1),
+    KnownMistake("power-of-two formula for every number of heads", "the slopes are 2^(-8(h+1)/n) although n is not "
+                 "a power of two: then take the n' slopes of n' heads, n' the largest power of two below n, and "
+                 "fill up with the slopes at the even indices 0, 2, 4, ... of 2n' heads",
+                 lambda right, n, T: (2.0 ** (-8.0 * torch.arange(1, n + 1, dtype=torch.float64) / n))[:, None, None]
+                 * _distance(right, T), when=lambda n, T: not _power_of_two(n) and T > 1),
+    KnownMistake("slopes of the next power of two", "these are the first n slopes of the next power of two: take the "
+                 "n' slopes of n' heads, n' the largest power of two *below* n, and fill up with every other slope "
+                 "of 2n' heads", lambda right, n, T: right(2 ** math.ceil(math.log2(n)), T)[:n],
+                 when=lambda n, T: not _power_of_two(n) and T > 1),
+    KnownMistake("extra slopes at odd indices", "the slopes that fill up are those at the odd indices of 2n' heads, "
+                 "which repeat the first n' slopes: take those at the even indices 0, 2, 4, ...",
+                 lambda right, n, T: _odd_fill(right, n, T), when=lambda n, T: not _power_of_two(n) and T > 1),
+])
+
+#: Per case of alibi_bias_errors, in order: (what the call is, (words its ValueError must mention, ...)).
+ALIBI_BIAS_REFUSED = [
+    ("alibi_bias(n_heads=0, T=4)", ("0",)), ("alibi_bias(n_heads=8, T=0)", ("0",)),
+    ("alibi_bias(n_heads=-2, T=3)", ("-2",)),
+]

@@ -289,3 +289,16 @@ _WITHOUT_POSITIONS_CASES = [
 
 register("encoded_shape_answer", probe_answers(_ENCODED_SHAPE_CASES))
 register("same_without_positions_answer", probe_answers(_WITHOUT_POSITIONS_CASES))
+
+
+# ================================================================ alibi_bias
+
+ALIBI_BIAS_VALUES = declare(Check("alibi_bias_values", [  # (n_heads, T): numbers of heads that are powers of two
+    (8, 6), (4, 5), (2, 3), (16, 4), (1, 4), (8, 1),
+]))
+ALIBI_BIAS_HEADS = declare(Check("alibi_bias_heads", [  # (n_heads, T): numbers of heads that are not
+    (6, 4), (12, 3), (3, 5), (5, 2), (24, 2),
+]))
+ALIBI_BIAS_ERRORS = declare(Check("alibi_bias_errors", [  # (n_heads, T): every case must raise ValueError
+    (0, 4), (8, 0), (-2, 3),
+], key="raised"))

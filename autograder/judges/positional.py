@@ -33,6 +33,9 @@ from autograder.checks.positional import (
     _SHAPE_CASES,
     _SPE_MAX,
     _WITHOUT_POSITIONS_CASES,
+    ALIBI_BIAS_ERRORS,
+    ALIBI_BIAS_HEADS,
+    ALIBI_BIAS_VALUES,
     BASE,
     LEARNED_FORWARD,
     ROPE_ERRORS,
@@ -435,3 +438,17 @@ register("encoded_shape_answer", lambda obs: judge_answers(
 register("same_without_positions_answer", lambda obs: judge_answers(
     obs, _WITHOUT_POSITIONS_CASES, ref.same_without_positions, declared(known.WITHOUT_POSITIONS, None),
     lambda a, b: f"same_without_positions({' '.join(a)!r}, {' '.join(b)!r})"))
+
+
+# ================================================================ alibi_bias
+
+def _alibi_bias_what(n_heads: int, T: int) -> str:
+    return f"alibi_bias(n_heads={n_heads!r}, T={T!r})"
+
+
+_alibi_bias_suspects = declared(known.ALIBI_BIAS, ref.alibi_bias)
+
+
+judge(Compare(ALIBI_BIAS_VALUES, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects))
+judge(Compare(ALIBI_BIAS_HEADS, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects))
+register("alibi_bias_errors", value_errors(ALIBI_BIAS_ERRORS, known.ALIBI_BIAS_REFUSED))

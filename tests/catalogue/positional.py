@@ -683,6 +683,104 @@ def same_counts(sentence_a, sentence_b):
     return all(sentence_a.count(w) == sentence_b.count(w) for w in sentence_a + sentence_b)
 
 
+# ================================================================ alibi_bias
+
+def _alibi_checked(n_heads, T):
+    if n_heads < 1 or T < 1:
+        raise ValueError(f"alibi_bias needs n_heads >= 1 and T >= 1, got n_heads={n_heads}, T={T}")
+
+
+def _slopes(n):
+    if n & (n - 1) == 0:
+        return [2 ** (-8 * (h + 1) / n) for h in range(n)]
+    below = 2 ** int(math.log2(n))
+    return _slopes(below) + _slopes(2 * below)[0::2][: n - below]
+
+
+def _with_slopes(m, T):
+    distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+    return torch.tensor(m)[:, None, None] * distance
+
+
+def alibi_reversed(n_heads, T):
+    _alibi_checked(n_heads, T)
+    return _with_slopes(_slopes(n_heads)[::-1], T)
+
+
+def alibi_from_zero(n_heads, T):
+    _alibi_checked(n_heads, T)
+    return _with_slopes([2 ** (-8 * h / n_heads) for h in range(n_heads)], T)
+
+
+def alibi_i_minus_j(n_heads, T):
+    _alibi_checked(n_heads, T)
+    distance = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+    return torch.tensor(_slopes(n_heads))[:, None, None] * distance
+
+
+def alibi_absolute(n_heads, T):
+    _alibi_checked(n_heads, T)
+    distance = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).abs()
+    return -torch.tensor(_slopes(n_heads))[:, None, None] * distance
+
+
+def alibi_with_mask(n_heads, T):
+    bias = _with_slopes(_slopes(n_heads), T) if n_heads >= 1 and T >= 1 else _alibi_checked(n_heads, T)
+    return bias.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+
+
+def alibi_no_slopes(n_heads, T):
+    _alibi_checked(n_heads, T)
+    distance = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+    return distance.float().expand(n_heads, T, T)
+
+
+def alibi_one_slope(n_heads, T):
+    _alibi_checked(n_heads, T)
+    return _with_slopes([2 ** (-8 / n_heads)] * n_heads, T)
+
+
+def alibi_plain_formula(n_heads, T):
+    _alibi_checked(n_heads, T)
+    return _with_slopes([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)], T)
+
+
+def alibi_next_power(n_heads, T):
+    _alibi_checked(n_heads, T)
+    return _with_slopes(_slopes(2 ** math.ceil(math.log2(n_heads)))[:n_heads], T)
+
+
+def alibi_odd_fill(n_heads, T):
+    _alibi_checked(n_heads, T)
+    below = 2 ** int(math.log2(n_heads))
+    m = _slopes(below) + _slopes(2 * below)[1::2][: n_heads - below] if n_heads != below else _slopes(n_heads)
+    return _with_slopes(m, T)
+
+
+def alibi_no_check(n_heads, T):
+    return _with_slopes(_slopes(max(n_heads, 1)), max(T, 0))
+
+
+def alibi_loops(n_heads, T):
+    _alibi_checked(n_heads, T)
+    m = _slopes(n_heads)
+    return torch.tensor([[[m[h] * (j - i) for j in range(T)] for i in range(T)] for h in range(n_heads)])
+
+
+def alibi_geometric(n_heads, T):
+    """The slopes as a geometric sequence, start ** (h + 1), as the paper's code writes them."""
+    _alibi_checked(n_heads, T)
+
+    def power_of_two(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start ** (h + 1) for h in range(n)]
+
+    below = 2 ** math.floor(math.log2(n_heads))
+    m = power_of_two(below) + (power_of_two(2 * below)[0::2][: n_heads - below] if below < n_heads else [])
+    positions = torch.arange(T, dtype=torch.float32)
+    return torch.tensor(m).view(-1, 1, 1) * (positions.view(1, T) - positions.view(T, 1))
+
+
 WRONG = [
     Entry("sinusoidal_encoding", "sin and cos swapped", se_swapped, "sin and cos swapped",
           "sinusoidal_encoding_values"),
@@ -797,9 +895,26 @@ WRONG = [
           "same_without_positions_answer"),
     Entry("same_without_positions", "the same set of words", same_words, "repeated words counted once",
           "same_without_positions_answer"),
+    Entry("alibi_bias", "slopes from the shallowest", alibi_reversed, "slopes in reverse order", "alibi_bias_values"),
+    Entry("alibi_bias", "exponent -8h/n", alibi_from_zero, "head 0 given the slope 1", "alibi_bias_values"),
+    Entry("alibi_bias", "distance i - j", alibi_i_minus_j, "bias grows with the distance", "alibi_bias_values"),
+    Entry("alibi_bias", "-m |i - j|", alibi_absolute, "absolute distance", "alibi_bias_values"),
+    Entry("alibi_bias", "-inf above the diagonal", alibi_with_mask, "causal mask merged into the bias",
+          "alibi_bias_values"),
+    Entry("alibi_bias", "no slopes", alibi_no_slopes, "slopes left out", "alibi_bias_values"),
+    Entry("alibi_bias", "head 0's slope everywhere", alibi_one_slope, "one slope for every head", "alibi_bias_values"),
+    Entry("alibi_bias", "2^(-8(h+1)/n) for 6 heads", alibi_plain_formula,
+          "power-of-two formula for every number of heads", "alibi_bias_heads"),
+    Entry("alibi_bias", "first n slopes of the next power of two", alibi_next_power, "slopes of the next power of two",
+          "alibi_bias_heads"),
+    Entry("alibi_bias", "fill-up slopes at odd indices", alibi_odd_fill, "extra slopes at odd indices",
+          "alibi_bias_heads"),
+    Entry("alibi_bias", "no ValueError for no heads", alibi_no_check, NO_VALUE_ERROR, "alibi_bias_errors"),
 ]
 
 CORRECT = [
+    Entry("alibi_bias", "three loops", alibi_loops),
+    Entry("alibi_bias", "the paper's geometric sequence", alibi_geometric),
     Entry("sinusoidal_encoding", "explicit loops with math.sin", se_loops),
     Entry("sinusoidal_encoding", "vectorised outer product", se_outer),
     Entry("sinusoidal_encoding", "exp(-log(base) 2i/d) in float32", se_exp_log),
