@@ -46,6 +46,16 @@ CHECKS = {
 }
 
 
+#: The words the scaffold writes where the contributor has something to write; none may stay in a notebook or a
+#: reference (tests/test_scaffold.py).
+PLACEHOLDERS = (
+    "(the equation, in words)", "(what it is, and its shape)", "(what it returns, and its shape)",
+    "computes, its equation, and the shapes it takes and returns", "(What the cell below runs.)", "(its output)",
+    "(what it checks)", "on a small example, printed", "write the visible check of", "as a learner would write it",
+    ": write it in solutions/",
+)
+
+
 class ScaffoldError(ValueError):
     """A request the scaffold refuses; the message says why and what to do."""
 

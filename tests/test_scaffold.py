@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from autograder.release import REPO_ROOT
-from autograder.scaffold import ScaffoldError, make_request, parse_tests
+from autograder.scaffold import PLACEHOLDERS, ScaffoldError, make_request, parse_tests
 
 ASSIGNMENT, MODULE, NAME = "05_positional_encoding", "positional", "relative_distance"
 #: the guide's example chapter, whose paths the walk-through maps onto this one
@@ -55,6 +55,14 @@ def test_the_tests_points_are_shared_out_or_given() -> None:
     assert parse_tests(None, 1) == (("values", 1),)
     assert parse_tests(None, 5) == (("values", 3), ("errors", 2))
     assert parse_tests("values:3,contract:1", 4) == (("values", 3), ("contract", 1))
+
+
+def test_no_notebook_or_reference_keeps_a_placeholder_of_the_scaffold() -> None:
+    for path in [*sorted((REPO_ROOT / "autograder" / "source").glob("*/*.ipynb")),
+                 *sorted((REPO_ROOT / "solutions").glob("*.py"))]:
+        found = [words for words in PLACEHOLDERS if words in path.read_text(encoding="utf-8")]
+        assert not found, (f"{path.relative_to(REPO_ROOT)} still holds words the scaffold wrote for you to replace, "
+                           f"{found}: write the text, the answer or the check they stand for")
 
 
 # ---------------------------------------------------------------- the walk-through
@@ -109,6 +117,10 @@ def _write_by_hand(copy: Path) -> None:
     """What the guide's five steps have the contributor write, for ``relative_distance(T)``: ``(T, T)``, entry
     ``[i, j] = j - i``."""
     stub = f'    raise NotImplementedError("the reference of {NAME}: write it in solutions/{MODULE}.py")'
+    for words, text in (("(the equation, in words)", "entry [i, j] = j - i"),
+                        ("(what it is, and its shape)", "the length, at least 1"),
+                        ("(what it returns, and its shape)", "(T, T) integers, key minus query")):
+        _edit(copy / f"solutions/{MODULE}.py", words, text)
     _edit(copy / f"solutions/{MODULE}.py", stub, textwrap.indent(textwrap.dedent("""\
         if T < 1:
             raise ValueError(f"T must be at least 1, got T={T}")
@@ -130,6 +142,8 @@ def _write_by_hand(copy: Path) -> None:
                     raise ValueError(f"T must be at least 1, got T={{T}}")
                 return torch.arange(T)[None, :] - torch.arange(T)[:, None]
                 ### END SOLUTION'''),
+        "#relative-distance-try": "**Try it.** Three positions. Expected output:\n\n```text\ntensor([[ 0,  1,  2],\n"
+                                  "        [-1,  0,  1],\n        [-2, -1,  0]])\n```",
         "#relative-distance-try-code": f"print({NAME}(3))",
         f"{NAME}_values": textwrap.dedent(f'''\
             ### BEGIN HIDDEN TESTS
@@ -151,6 +165,10 @@ def _write_by_hand(copy: Path) -> None:
             what, words = known.RELATIVE_DISTANCE_REFUSED[0]
             expect_value_error(lambda: {NAME}(0), what, must_mention=words)'''),
     })
+    _edit(copy / SOURCE, f"(What `{NAME}` computes, its equation, and the shapes it takes and returns; raise "
+          "`ValueError` naming the shapes for bad arguments.)",
+          "How far key j is from query i: a `(T, T)` tensor whose entry `[i, j]` is `j - i`. A `T` below 1 raises "
+          "a `ValueError` that names it.")
     checks = copy / f"autograder/checks/{MODULE}.py"
     _edit(checks, "    # (T,): each case an argument tuple built from fixed seeds\n", "    (1,), (4,), (7,),\n")
     _edit(checks, "    # (T,): every case must raise ValueError\n", "    (0,), (-2,),\n")
@@ -200,6 +218,9 @@ def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
                "Relative distances", "--signature", "(T: int) -> Tensor", "--returns", "`(T, T)`: key minus query")
     scaffolded = _snapshot(copy)
     assert _changed(before, scaffolded) == SCAFFOLDED, out
+    written = (copy / SOURCE).read_text(encoding="utf-8") + (copy / f"solutions/{MODULE}.py").read_text("utf-8")
+    unwritten = [words for words in PLACEHOLDERS if words not in written and words != "(what it checks)"]
+    assert not unwritten, f"PLACEHOLDERS lists {unwritten}, which the scaffold no longer writes"  # the others' tests
     # until the contributor writes them, the checks refuse to load, naming what is missing
     refused = _run(copy, "-c", f"import autograder.checks.{MODULE}", ok=False)
     assert f"check '{NAME}_values' has no cases" in refused
@@ -217,7 +238,8 @@ def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
     _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_assignments.py", "-k",
          f"{ASSIGNMENT} and (conventions or contracts or release_is_current)")
     _run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_reference_pages.py",
-         "tests/test_chapters.py", "tests/test_names.py", "tests/test_known_mistakes.py")
+         "tests/test_chapters.py", "tests/test_names.py", "tests/test_known_mistakes.py",
+         "tests/test_scaffold.py::test_no_notebook_or_reference_keeps_a_placeholder_of_the_scaffold")
     status = _run(copy, "tests/catalogue_status.py", ASSIGNMENT, "--all")
     assert f"ok  {NAME}: 'query minus key' -> (sign flipped) in {NAME}_values" in status, status
     assert f"FIX correct {NAME}" not in status and f"{ASSIGNMENT}: 0 entries to fix" in status, status
