@@ -84,14 +84,12 @@ TABLE = Mistakes([
 TABLE_FLOAT64 = KnownMistake("dtype float64 instead of float32", "it returned {dtype} — build the table in the "
                              "default dtype, {default}, or convert it with `.to(torch.get_default_dtype())`; a float64 "
                              "table would turn float32 inputs into float64")
-TABLE_SHAPE = Mistakes([
-    KnownMistake("only one column per pair", "it has one column per pair of (sin, cos): d_model columns hold d_model "
-                 "/ 2 pairs"),
-    KnownMistake("a sine and a cosine for every column", "it has a sine and a cosine for every one of d_model "
-                 "angles: d_model columns hold d_model / 2 pairs"),
-    KnownMistake("an extra batch axis", "it has a batch axis in front: the table is (max_len, d_model), and "
-                 "broadcasting adds it to every sequence of a batch"),
-])
+ONE_COLUMN_PER_PAIR = KnownMistake("only one column per pair", "it has one column per pair of (sin, cos): d_model "
+                                   "columns hold d_model / 2 pairs")
+TWO_PER_COLUMN = KnownMistake("a sine and a cosine for every column", "it has a sine and a cosine for every one of "
+                              "d_model angles: d_model columns hold d_model / 2 pairs")
+BATCH_AXIS = KnownMistake("an extra batch axis", "it has a batch axis in front: the table is (max_len, d_model), and "
+                          "broadcasting adds it to every sequence of a batch")
 NOT_DETERMINISTIC = KnownMistake("not deterministic", "two calls gave different tables — the encoding must be "
                                  "deterministic, a fixed function of the position (no random numbers)")
 OUTSIDE_UNIT = KnownMistake("values outside [-1, 1]", "it has values up to {largest:.4g}; sines and cosines lie in "

@@ -153,8 +153,8 @@ def _judge_table_shape(obs: Observations) -> None:
             raise Mistake(f"{what} should return a tensor of shape ({max_len}, {d}), got {facts!r:.80}{extra}")
         shape = facts["shape"]
         if shape != (max_len, d):
-            shaped = {(d, max_len): known.TRANSPOSED, (max_len, d // 2): known.TABLE_SHAPE[0],
-                      (max_len, 2 * d): known.TABLE_SHAPE[1], (1, max_len, d): known.TABLE_SHAPE[2]}.get(shape)
+            shaped = {(d, max_len): known.TRANSPOSED, (max_len, d // 2): known.ONE_COLUMN_PER_PAIR,
+                      (max_len, 2 * d): known.TWO_PER_COLUMN, (1, max_len, d): known.BATCH_AXIS}.get(shape)
             if shaped is not None:
                 raise mistake(shaped, f"{what} has shape {shape}", max_len=max_len, d=d)
             raise Mistake(f"{what} has shape {shape}, expected (max_len, d_model) = ({max_len}, {d}) — one row "
