@@ -49,12 +49,14 @@ test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build and bro
 	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): its catalogue through the
-# class grader and stock nbgrader, the visible checks' naming figure, its notebook conventions, release and
-# nbgrader validate, and the probe fuzz of its checks. make test stays the whole proof.
+# class grader, the visible checks' naming figure, its notebook conventions, release and nbgrader validate, its
+# declared mistakes and the probe fuzz of its checks. make test stays the whole proof: it also grades a sample of
+# each catalogue with stock nbgrader (parity of the two graders; Chapter 6's sample alone takes 85 s).
 chapter: $(STAMP)  ## one chapter's proof: make chapter A=05_positional_encoding
 	@test -n "$(A)" || { echo "usage: make chapter A=<assignment id>, one of: $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
 	@test -d "autograder/source/$(A)" || { echo "no assignment $(A): one of $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
-	$(BIN)/python -m pytest tests/test_catalogue.py tests/test_assignments.py tests/test_probe_fuzz.py -k "$(A)" \
+	$(BIN)/python -m pytest tests/test_catalogue.py tests/test_assignments.py tests/test_probe_fuzz.py \
+		tests/test_known_mistakes.py -k "$(A) and not nbgrader_in_kernel_and_the_class_grader_agree" \
 		-q -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
