@@ -211,7 +211,7 @@ requires-python = ">=3.10"
 dependencies = ["torch", "numpy", "matplotlib"]
 
 [tool.setuptools]
-packages = ["attention_course"]
+packages = ["attention_course", "attention_course.mistakes"]
 
 [tool.setuptools.package-data]
 attention_course = ["python_help.txt.gz"]

@@ -178,6 +178,13 @@ def test_where_the_course_is_missing_the_cell_installs_it_for_the_next_cell(arch
     installed = sorted(p.name for p in (tmp_path / "venv").glob("lib/python*/site-packages/*")
                        if p.name != "course-third-party.pth")
     assert installed == ["attention_course", "attention_course-0.1.0.dist-info"], installed
+    # every module of the package, subpackages too (attention_course.mistakes): an editable install here finds
+    # them all, a learner's pip install only those its pyproject.toml lists
+    package = next((tmp_path / "venv").glob("lib/python*/site-packages/attention_course"))
+    shipped = sorted(str(f.relative_to(package)) for f in package.rglob("*.py"))
+    source = REPO_ROOT / "attention_course"
+    ours = sorted(str(f.relative_to(source)) for f in source.rglob("*.py"))
+    assert shipped == ours, f"the learner's install lacks {sorted(set(ours) - set(shipped))}"
 
 
 PRESENT = r"""
