@@ -196,8 +196,9 @@ def _docstring(r: Request, indent: str) -> str:
 
 # ---------------------------------------------------------------- the notebook
 
-def notebook_cells(r: Request, number: int, ids: set[str]) -> list[dict]:
-    """The cells of the new section, numbered ``number``, with ids not in ``ids``."""
+def notebook_cells(r: Request, number: int, ids: set[str], declared: bool = False) -> list[dict]:
+    """The cells of the new section, numbered ``number``, with ids not in ``ids``; in a chapter that declares
+    its mistakes (``declared``), the visible checks' stub points to the declarations."""
     stem = r.name.replace("_", "-")
 
     def cell_id(suffix: str) -> str:
@@ -235,7 +236,9 @@ def notebook_cells(r: Request, number: int, ids: set[str]) -> list[dict]:
                           f"### BEGIN HIDDEN TESTS\nfrom autograder.checks import run_check\n\n"
                           f"run_check(\"{gid}\", {r.name})\n### END HIDDEN TESTS\n"
                           f"raise NotImplementedError(\"write the visible check of {gid}\")  # attention_course."
-                          "testing:\n# assert_close(..., suspects={...: ...}), expect_value_error(...)",
+                          + ("testing:\n# assert_close(out, by_hand(*case), what, suspects=known."
+                             f"{r.name.upper()}.suspects(by_hand, *case)), expect_value_error(...)" if declared else
+                             "testing:\n# assert_close(..., suspects={...: ...}), expect_value_error(...)"),
                           _meta(gid, grade=True, points=pts)))
     return cells
 
@@ -283,7 +286,7 @@ def new_notebook(c: Chapter, r: Request) -> dict:
     if cells and cells[0]["cell_type"] == "markdown":
         cells[0]["source"] = _lines(_intro_list("".join(cells[0]["source"]), r, number))
     ids = {cell.get("id") for cell in cells}
-    cells[at:at] = notebook_cells(r, number, ids)
+    cells[at:at] = notebook_cells(r, number, ids, _mistakes(c).exists())
     return nb
 
 
