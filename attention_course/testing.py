@@ -138,8 +138,7 @@ class KnownMistake:
         for actual, suspects in looks_like:
             for suspect, candidate in suspects.items():
                 if isinstance(actual, Tensor) and _matches(actual, candidate, atol, rtol):
-                    name = mistake_name(suspect)
-                    fail(f"{named(message, self.name)} It looks like this: {suspect[: -len(name) - 3]}", name)
+                    fail(f"{named(message, self.name)} It looks like this: {suspect}")  # fail reads its name
         fail(message, self.name)
 
 
