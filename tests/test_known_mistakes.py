@@ -54,8 +54,14 @@ def _compares(chapter) -> list[judges.Compare]:
 
 
 def _same(a: object, b: object) -> bool:
+    """Equal values: tensors within 1e-6 (NaN matching NaN), tuples item by item (a result in parts), else ``==``."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and torch.allclose(a.detach().double(), b.detach().double(), atol=1e-6)
+        return a.shape == b.shape and torch.allclose(a.detach().double(), b.detach().double(), atol=1e-6,
+                                                     equal_nan=True)
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
     return a == b
 
 

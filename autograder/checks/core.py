@@ -310,6 +310,21 @@ def plain(x: Any) -> Any:
     return f"<{type(x).__name__}>"
 
 
+class WrongOutput(TypeError):
+    """The learner's function returned something that is not what the exercise asks for (shape, dtype)."""
+
+
+def describe_value(x: Any) -> str:
+    """A short description of what the learner's code returned, for a message: a tensor's dtype and shape, or the
+    type of anything else."""
+    if isinstance(x, Tensor):
+        return f"a {str(x.dtype).removeprefix('torch.')} tensor of shape {tuple(x.shape)}" + (
+            f" on {x.device.type}" if x.device.type != "cpu" else "")
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return "None" if x is None else f"a {type(x).__name__}"
+
+
 @dataclass(frozen=True)
 class Raised:
     """A probe's record that the learner's code raised instead of returning."""

@@ -205,6 +205,19 @@ def judge_recorded(check_id: str, encoded: Any) -> None:
         raise RecordMismatch(f"unexpected observations {sorted(unread)}")
 
 
+def unnamed(text: str) -> str:
+    """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
+    return f"{text}." if mistake_name(text) else text
+
+
+def told(raised: Raised, what: str) -> str:
+    """What a call that raised says, for a message: the probes' own ``WrongOutput`` and ``WeightsNotLoaded`` speak
+    for themselves (``what: message``); anything else is quoted as it was raised."""
+    if raised.type in ("WeightsNotLoaded", "WrongOutput"):
+        return unnamed(f"{what}: {raised.message}")
+    return f"{what} {raised.describe()}"
+
+
 def type_name(value: Any) -> str:
     """The type of an observed value, for a message (``tuple``, ``float``, ``NoneType``); for a value the probe kept
     only as its description (:func:`~autograder.checks.core.plain`: ``<dict>``, ``<meta tensor of shape (2, 3)>``),
@@ -450,7 +463,8 @@ class Compare:
     ``crashed(raised, what, *case)`` gives the :class:`Mistake` of a call that raised, when a chapter can tell
     what a crash most likely means (default: what it raised).
     ``compare(actual, expected, what, suspects, hint, atol, rtol)`` judges one result, or one part of it, once
-    the guard has passed (default: :func:`judge_tensor`; masks, say, are compared exactly instead).
+    the guard has passed (default: :func:`judge_tensor`; masks, say, are compared exactly instead). ``also(obs)``
+    judges what else the probe recorded beside the cases (a gradcheck, inputs of another dtype), after them.
     """
 
     check: Check
@@ -465,10 +479,13 @@ class Compare:
     guard: Callable[..., None] | None = None
     crashed: Callable[..., Mistake] | None = None
     compare: Callable[..., None] = judge_tensor
+    also: Callable[[Observations], None] | None = None
 
     def __call__(self, obs: Observations) -> None:
         judge_cases((out, lambda out, case=case: self.judge_one(out, *case))
                     for case, out in zip(self.check.cases, obs[self.check.key], strict=True))
+        if self.also is not None:
+            self.also(obs)
 
     def hint_for(self, *case: Any) -> str:
         return self.hint(*case) if callable(self.hint) else self.hint

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.testing import DTYPE_CHANGED, NO_RETURN, mistake_name
+from attention_course.testing import DTYPE_CHANGED, NO_RETURN
 from autograder.checks.core import Mistake, Observations, Raised, feed_forward_weights, seeded
 from autograder.checks.transformer import (
     _CAUSAL_CASES,
@@ -77,6 +77,7 @@ from autograder.judges.core import (
     judge_tensor,
     judge_value_error,
     register,
+    unnamed,
 )
 from solutions import transformer as ref
 from solutions.masking import causal_mask, combine_masks, padding_mask
@@ -84,15 +85,10 @@ from solutions.positional import sinusoidal_encoding
 
 # ================================================================ shared
 
-def _unnamed(text: str) -> str:
-    """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
-    return f"{text}." if mistake_name(text) else text
-
-
 def _crashed(raised: Raised, what: str, *case: Any) -> Mistake:
     """What ``what`` raised; a probe that could not copy its weights in says so (``Compare.crashed`` too)."""
     if raised.type == "WeightsNotLoaded":
-        return Mistake(_unnamed(f"the test could not copy its weights into {what}: {raised.message}"))
+        return Mistake(unnamed(f"the test could not copy its weights into {what}: {raised.message}"))
     return Mistake(f"{what} {raised.describe()}")
 
 
@@ -336,7 +332,7 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
                               f"nn.LayerNorm(d_model), with its own weights", "one LayerNorm for every block")
             bad = [i + 1 for i, shape in enumerate(got["norm_shapes"]) if shape != (16,)]
             if bad:
-                raise Mistake(_unnamed(f"{call}.norm{bad[0]} should be nn.LayerNorm(d_model) = nn.LayerNorm(16), "
+                raise Mistake(unnamed(f"{call}.norm{bad[0]} should be nn.LayerNorm(d_model) = nn.LayerNorm(16), "
                                        f"got {got['parts'][f'norm{bad[0]}']} of shape "
                                        f"{got['norm_shapes'][bad[0] - 1]}"))
             if isinstance(got["loads"], Raised):
@@ -659,7 +655,7 @@ def _judge_model_parts(obs: Observations) -> None:
     for name, vocab in (("src_embed", c.src_vocab), ("tgt_embed", c.tgt_vocab)):
         table = got[name]
         if not isinstance(table, dict) or table["shape"] != (vocab, c.d_model):
-            raise Mistake(_unnamed(f"{call}.{name} should be an nn.Embedding({vocab}, {c.d_model}), got {table}"))
+            raise Mistake(unnamed(f"{call}.{name} should be an nn.Embedding({vocab}, {c.d_model}), got {table}"))
         std, want = table["std"], c.d_model**-0.5
         if not 0.8 * want < std < 1.25 * want:
             mistake = "embeddings initialised with std 1" if std > 0.5 else "embeddings initialised with the wrong std"
@@ -667,7 +663,7 @@ def _judge_model_parts(obs: Observations) -> None:
                           f"nn.init.normal_(weight, std=d_model ** -0.5) = {want:.3g}, so that after the × √d_model "
                           f"scaling the token vectors have entries of size ~1, like the positional codes", mistake)
     if got["out"] != {"type": "Linear", "weight": (c.tgt_vocab, c.d_model), "bias": True}:
-        raise Mistake(_unnamed(f"{call}.out should be an nn.Linear({c.d_model}, {c.tgt_vocab}) with bias, giving "
+        raise Mistake(unnamed(f"{call}.out should be an nn.Linear({c.d_model}, {c.tgt_vocab}) with bias, giving "
                                f"one logit per target word; got {got['out']}"))
     for stack in ("encoder_layers", "decoder_layers"):
         if got[stack] != c.n_layers:
