@@ -196,7 +196,8 @@ An open course on the attention mechanism and the transformer, in which you impl
 | `docs/` | the course website, built |
 | `binder/` | the environment Binder builds for the launch buttons |
 
-`requirements.txt` installs PyTorch, NumPy, Matplotlib, JupyterLab and this repository's `attention_course`.
+`requirements.txt` installs PyTorch, Triton (on Linux), NumPy, Matplotlib, JupyterLab and this repository's
+`attention_course`.
 """
 
 PYPROJECT = """[build-system]
@@ -208,7 +209,7 @@ name = "attention-course"
 version = "0.1.0"
 description = "Helpers for the exercise notebooks of Attention from Scratch: visible tests, plots, toy data."
 requires-python = ">=3.10"
-dependencies = ["torch", "numpy", "matplotlib"]
+dependencies = ["torch", "numpy", "matplotlib", "triton; platform_system == 'Linux'"]
 
 [tool.setuptools]
 packages = ["attention_course", "attention_course.mistakes"]
@@ -227,7 +228,7 @@ __pycache__/
 
 def _requirements() -> str:
     """The learner's requirements: the repository's pins for what the notebooks use, plus this package."""
-    wanted = ("torch", "numpy", "matplotlib", "ipykernel")
+    wanted = ("torch", "triton", "numpy", "matplotlib", "ipykernel")
     pins = [line.strip() for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#") and line.strip().startswith(wanted)]
     return "\n".join([*pins, "jupyterlab>=4", "-e .", ""])

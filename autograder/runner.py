@@ -67,11 +67,17 @@ def warm() -> dict:
     """Import what every notebook needs and create the shell: what each fork would otherwise pay for."""
     timings = {}
     started = time.perf_counter()
+    # The sandbox has no GPU: Chapter 9's Triton kernels run in Triton's interpreter, which Triton must be told before
+    # its first import, and torch's meta kernels below import it.
+    os.environ["TRITON_INTERPRET"] = "1"
     import torch  # noqa: F401
 
     # The first operation on the "meta" device imports torch's meta kernels (about a second); checks of where
     # a result is made use it, so each notebook would pay it again.
     torch.ones(2, 2, device="meta").tril()
+    # The first torch.broadcast_shapes imports torch's reference implementations (about a second); Chapter 9's
+    # answers and checks broadcast their leading dimensions with it.
+    torch.broadcast_shapes((2, 1), (1, 2))
     timings["torch_s"] = time.perf_counter() - started
     mark = time.perf_counter()
     import matplotlib
