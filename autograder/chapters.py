@@ -88,12 +88,15 @@ CHAPTERS: tuple[Chapter, ...] = (
             "transformer",
             ("FeedForward", "EncoderLayer", "DecoderLayer", "TransformerConfig", "Transformer", "greedy_decode",
              "label_smoothed_cross_entropy", "noam_lr")),
-    Chapter(7, "A GPT that writes: sampling, a KV cache, online softmax, grouped-query attention", "07_gpt", "gpt",
-            ("sample_next", "merge_states", "online_softmax_attention", "KVCache", "GroupedQueryAttention", "GPTBlock",
-             "GPT", "generate")),
+    Chapter(7, "A GPT that writes: sampling, a KV cache, grouped-query attention", "07_gpt", "gpt",
+            ("sample_next", "KVCache", "GroupedQueryAttention", "GPTBlock", "GPT", "generate")),
     Chapter(8, "What trained attention does", "08_trained_attention",
             "trained_attention",
             ("attention_entropy", "previous_token_score", "induction_score", "ablate_head", "repeat_loss")),
+    Chapter(9, "Attention at the speed of the hardware: FlashAttention from scratch", "09_flash_attention",
+            "flash_attention",
+            ("merge_states", "online_softmax_attention", "attention_backward", "FlashAttention", "attention_kernel",
+             "flash_decode")),
 )
 
 

@@ -71,7 +71,8 @@ from attention_course.benchmark_generation import (  # noqa: E402
     sdpa_attention,
     speed_table,
 )
-from solutions.gpt import GPT, GPTConfig, KVCache, generate, online_softmax_attention  # noqa: E402
+from solutions.flash_attention import online_softmax_attention  # noqa: E402
+from solutions.gpt import GPT, GPTConfig, KVCache, generate  # noqa: E402
 from solutions.masking import causal_mask  # noqa: E402
 from solutions.self_attention import scaled_dot_product_attention  # noqa: E402
 

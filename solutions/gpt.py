@@ -4,10 +4,8 @@ The reading order is the dependency order: ``KVCache`` (the keys and values
 kept between generation steps) → ``GroupedQueryAttention`` (causal
 self-attention whose heads may share keys and values) → ``GPTBlock`` →
 ``GPTConfig`` → ``GPT`` (a decoder-only transformer) → ``sample_next``
-(temperature, top-k, nucleus) → ``generate`` → ``merge_states`` (two partial
-softmax states combined into one) → ``online_softmax_attention`` (how
-FlashAttention computes attention without the ``T_q × T_k`` matrix: every block
-of keys merged into a running state).
+(temperature, top-k, nucleus) → ``generate``. Attention without the ``T_q × T_k``
+matrix (the online softmax, FlashAttention) is Chapter 9's, :mod:`solutions.flash_attention`.
 
 Chapter 6's decoder without the encoder is a GPT: the same pre-norm blocks,
 minus cross-attention. The masks are Chapter 2's (:func:`~solutions.masking.causal_mask`,
@@ -33,7 +31,7 @@ from torch import Tensor, nn
 
 from solutions.masking import causal_mask
 from solutions.multi_head import merge_heads, split_heads
-from solutions.self_attention import _check_mask, _check_pair, scaled_dot_product_attention
+from solutions.self_attention import scaled_dot_product_attention
 from solutions.transformer import FeedForward
 
 __all__ = [
@@ -44,10 +42,7 @@ __all__ = [
     "GPT",
     "sample_next",
     "generate",
-    "merge_states",
-    "online_softmax_attention",
-    "kv_cache_elements",  # concept checks
-    "positions_processed",
+    "kv_cache_elements",  # concept check
 ]
 
 
@@ -431,125 +426,6 @@ def generate(model: GPT, prompt: Tensor, max_new_tokens: int, use_cache: bool = 
         model.train(was_training)
 
 
-State = tuple[Tensor, Tensor, Tensor]
-
-
-def merge_states(a: State, b: State) -> State:
-    r"""The softmax state of two sets of keys, from the state of each: how split keys are put back together.
-
-    For one query and a set of keys ``J`` with scores ``s_j``, the state
-    ``(m, ℓ, o)`` is
-
-    .. math:: m = \max_{j \in J} s_j,\qquad \ell = \sum_{j \in J} e^{s_j - m},\qquad
-              o = \sum_{j \in J} e^{s_j - m}\, v_j
-
-    so that ``o / ℓ`` is the attention over ``J``. The state of ``J_a ∪ J_b``
-    rescales both sums to the larger maximum:
-
-    .. math:: m = \max(m_a, m_b),\qquad \ell = \ell_a e^{m_a - m} + \ell_b e^{m_b - m},\qquad
-              o = o_a e^{m_a - m} + o_b e^{m_b - m}
-
-    Every exponent is ``<= 0``, so nothing overflows. The merge is
-    associative and commutative: keys split into parts in any way, the parts'
-    states merged in any grouping, give the state of all of them (up to
-    rounding). That is what lets FlashAttention walk the keys block by block
-    (:func:`online_softmax_attention`) and Flash-Decoding split one query's
-    keys across processors. The state of no key, or of keys that are all
-    masked, is ``(-inf, 0, 0)``: merging with it changes nothing, and two of
-    them merge to another, never NaN (where both maxima are ``-inf`` the
-    sums are shifted by 0, not by ``-inf``).
-
-    Args:
-        a, b: states ``(m, ℓ, o)``: ``m`` and ``ℓ`` ``(..., T_q, 1)``, ``o`` ``(..., T_q, d_v)``, not normalised;
-            the two states of the same shapes.
-
-    Returns:
-        ``(m, ℓ, o)`` of the same shapes: the state of both sets of keys. The inputs are not modified.
-
-    Raises:
-        ValueError: if a state is not three tensors of those shapes, or the two states' shapes differ.
-    """
-    for name, state in (("a", a), ("b", b)):
-        if not (isinstance(state, (tuple, list)) and len(state) == 3 and all(isinstance(t, Tensor) for t in state)):
-            raise ValueError(f"state {name} must be three tensors (m, l, o), got {type(state).__name__}")
-        m, total, out = state
-        if m.dim() < 1 or m.shape[-1] != 1 or total.shape != m.shape or out.shape[:-1] != m.shape[:-1]:
-            raise ValueError(f"state {name} must hold m and l of shape (..., T_q, 1) and o (..., T_q, d_v); got m "
-                             f"{tuple(m.shape)}, l {tuple(total.shape)}, o {tuple(out.shape)}")
-    if [t.shape for t in a] != [t.shape for t in b]:
-        raise ValueError(f"the two states must have the same shapes; got {[tuple(t.shape) for t in a]} and "
-                         f"{[tuple(t.shape) for t in b]}")
-    (m_a, total_a, out_a), (m_b, total_b, out_b) = a, b
-    m = torch.maximum(m_a, m_b)  # (..., T_q, 1)
-    shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # both states empty: shift by 0, not -inf
-    scale_a, scale_b = torch.exp(m_a - shift), torch.exp(m_b - shift)  # (..., T_q, 1), <= 1; 0 for an empty state
-    return m, total_a * scale_a + total_b * scale_b, out_a * scale_a + out_b * scale_b
-
-
-def online_softmax_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                             block_size: int = 128) -> Tensor:
-    r"""Attention over the keys block by block, with a running softmax: FlashAttention's online softmax.
-
-    Each query keeps the state ``(m, ℓ, o)`` of the keys seen so far (see
-    :func:`merge_states`): the largest score ``m``, the sum of the
-    exponentials ``ℓ = Σ e^{s_j - m}`` and their weighted sum of values
-    ``o = Σ e^{s_j - m} v_j``. Each block of scores ``s_j = q k_j / sqrt(d_k)``
-    (``-inf`` where masked) makes a state of its own, which is merged into
-    the running one:
-
-    .. math:: (m, \ell, o) \leftarrow (m, \ell, o) \oplus \left(\max_j s_j,\ \sum_j e^{s_j - \max s},\
-              \sum_j e^{s_j - \max s} v_j\right),\qquad \mathrm{out} = o / \ell
-
-    After the last block the state is that of all the keys, so ``o / ℓ`` is
-    exactly ``softmax(scores) @ v`` (``o / ℓ`` does not depend on the
-    reference ``m``), though only ``(..., T_q, block_size)`` scores ever
-    existed at once, never the ``(..., T_q, T_k)`` matrix. FlashAttention
-    (Dao et al., 2022) runs this loop inside one GPU kernel, on blocks small
-    enough for the chip's on-chip memory, and never writes the score matrix
-    to the GPU's main memory.
-
-    Args:
-        q: ``(..., T_q, d_k)``; k: ``(..., T_k, d_k)``; v: ``(..., T_k, d_v)``; the leading dimensions broadcast.
-        mask: optional boolean tensor broadcastable to ``(..., T_q, T_k)``, ``True`` = may attend.
-            A query whose keys are all masked gets an all-zero output (``ℓ = 0``), never NaN.
-        block_size: keys per block, ``>= 1``; it need not divide ``T_k``.
-
-    Returns:
-        ``out (..., T_q, d_v)``, equal to :func:`~solutions.self_attention.scaled_dot_product_attention`'s
-        up to rounding, in the dtype of the inputs.
-
-    Raises:
-        ValueError: on mismatched ``d_k``, keys and values of different length, a mask that is not
-            boolean or does not broadcast to the scores, or ``block_size < 1``.
-    """
-    _check_pair(q, k)
-    if v.dim() < 2 or v.shape[-2] != k.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys T_k (axis -2): k {tuple(k.shape)}, "
-                         f"v {tuple(v.shape)}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be at least 1, got {block_size}")
-    t_q, t_k = q.shape[-2], k.shape[-2]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if mask is not None:
-        _check_mask(mask, torch.Size((*batch, t_q, t_k)))
-        mask = mask.expand(*mask.shape[:-1], t_k)  # a view: a key axis of 1 becomes T_k, so blocks can slice it
-    q = q / math.sqrt(q.shape[-1])  # scale once, not once per block
-    state = (q.new_full((*batch, t_q, 1), float("-inf")), q.new_zeros((*batch, t_q, 1)),
-             q.new_zeros((*batch, t_q, v.shape[-1])))  # the state of no key yet
-    for start in range(0, t_k, block_size):
-        end = min(start + block_size, t_k)
-        scores = q @ k[..., start:end, :].transpose(-2, -1)  # (..., T_q, d_k) @ (..., d_k, blk) -> (..., T_q, blk)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., start:end], float("-inf"))
-        scores = scores.expand(*batch, t_q, end - start)  # a view: the state of every query, broadcast
-        m = scores.amax(dim=-1, keepdim=True)  # (..., T_q, 1); -inf where the block's keys are all masked
-        p = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # (..., T_q, blk), 0 if masked
-        block = (m, p.sum(dim=-1, keepdim=True), p @ v[..., start:end, :])  # (..., T_q, blk) @ (..., blk, d_v)
-        state = merge_states(state, block)
-    _, total, out = state
-    return out / torch.where(total > 0, total, torch.ones_like(total))  # fully masked rows: 0 / 1 = 0
-
-
 # ---------------------------------------------------------------- concept checks
 
 
@@ -557,14 +433,3 @@ def kv_cache_elements(n_layers: int, batch: int, n_heads: int, n_kv_heads: int, 
     """The numbers a :class:`KVCache` holds after ``length`` positions: keys *and* values, in every layer, for the
     ``n_kv_heads`` key/value heads only (``n_heads`` query heads share them; queries are never cached)."""
     return 2 * n_layers * batch * n_kv_heads * length * d_head
-
-
-def positions_processed(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
-    """The positions :func:`generate` runs the model over to add ``new_tokens`` tokens to a prompt of
-    ``prompt_len``: with a cache the prompt once, then each new token but the last (it is only drawn, never
-    fed); without, the whole sequence at every step, ``prompt_len``, then one more, and so on."""
-    if new_tokens == 0:
-        return 0
-    if use_cache:
-        return prompt_len + new_tokens - 1
-    return new_tokens * prompt_len + new_tokens * (new_tokens - 1) // 2

@@ -234,8 +234,8 @@ def test_the_contracts_exercises_come_first_then_the_concept_checks(assignment) 
         f"{list(c.contract)} (autograder/chapters.py): add a new exercise to the contract, or move its cells so "
         "that both orders agree")
     concepts = names[len(c.contract):]
-    assert len(concepts) == 2, (
-        f"{where}: after the contract's exercises come exactly two concept checks, and these follow: {concepts}. "
+    assert 1 <= len(concepts) <= 3, (
+        f"{where}: after the contract's exercises come one to three concept checks, and these follow: {concepts}. "
         "An exercise among them that is not a concept check belongs in the chapter's contract in "
         "autograder/chapters.py (and its cells before the concept checks)")
     reference = importlib.import_module(c.reference)

@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from solutions import cross_attention, gpt, masking, multi_head, positional, self_attention, transformer
+from solutions import (
+    cross_attention,
+    flash_attention,
+    gpt,
+    masking,
+    multi_head,
+    positional,
+    self_attention,
+    transformer,
+)
 
 
 def randn(*shape: int, seed: int) -> torch.Tensor:
@@ -167,4 +176,4 @@ def test_positions_processed_are_the_positions_generate_feeds(prompt_len, new_to
     out = gpt.generate(model, torch.randint(0, 11, (2, prompt_len)), new_tokens, use_cache=use_cache,
                        generator=torch.Generator().manual_seed(0))
     assert out.shape == (2, prompt_len + new_tokens)
-    assert gpt.positions_processed(prompt_len, new_tokens, use_cache) == _CountingGPT.positions
+    assert flash_attention.positions_processed(prompt_len, new_tokens, use_cache) == _CountingGPT.positions

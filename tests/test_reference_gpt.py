@@ -1,5 +1,5 @@
-"""The chapter 7 reference, `solutions.gpt`: a GPT with a KV cache, sampling, online softmax and grouped-query
-attention, against PyTorch's own attention and the course's contract."""
+"""The chapter 7 reference, `solutions.gpt`: a GPT with a KV cache, sampling and grouped-query attention, against
+PyTorch's own attention and the course's contract."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import torch
 import torch.nn.functional as F
 from notebook_grading import grade_in_process, nbgrader_meta, source_notebook
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten
 
 from attention_course.text import CharCorpus
 from autograder.checks.gpt import (
@@ -31,8 +29,6 @@ from solutions.gpt import (
     GroupedQueryAttention,
     KVCache,
     generate,
-    merge_states,
-    online_softmax_attention,
     sample_next,
 )
 from solutions.masking import causal_mask
@@ -286,201 +282,6 @@ def test_sample_next_rejects_bad_arguments_naming_them() -> None:
         sample_next(torch.ones(2, 5, dtype=torch.long))
 
 
-# ------------------------------------------------------------------------------------------ online softmax
-
-
-def fully_masked_rows(mask: Tensor) -> Tensor:
-    return ~mask.any(dim=-1, keepdim=True)
-
-
-CASES = [  # (batch shape of q, k, v; T_q; T_k; d_k; d_v; block_size; mask shape or None or "causal")
-    ((2, 3), 7, 7, 8, 8, 2, None),
-    ((2, 3), 5, 13, 4, 6, 4, "causal"),
-    ((1, 2), 9, 32, 8, 8, 8, "causal"),
-    ((3,), 6, 10, 5, 3, 3, (3, 6, 10)),
-    ((2, 4), 8, 11, 8, 8, 5, (2, 1, 1, 11)),  # padding-like: one row of keys per sequence, over heads and queries
-    ((2, 4), 8, 11, 8, 8, 4, (1, 4, 8, 11)),  # one mask per head, the same for every sequence
-    ((2, 4), 6, 9, 8, 8, 64, (2, 4, 6, 9)),  # one block larger than T_k
-    ((2, 2), 4, 12, 8, 8, 1, (4, 12)),  # one key per block
-    ((), 16, 40, 16, 8, 7, (16, 1)),  # a key axis of 1: the mask broadcasts over the keys
-]
-
-
-def make_mask(spec, t_q: int, t_k: int, seed: int) -> Tensor | None:
-    if spec is None:
-        return None
-    if spec == "causal":
-        return causal_mask(t_q, t_k)
-    mask = torch.rand(spec, generator=torch.Generator().manual_seed(seed)) > 0.4
-    if spec[-2] > 1:
-        mask[..., 1, :] = False  # a fully masked query row
-    return mask
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-Tq{c[1]}-Tk{c[2]}-block{c[5]}-{c[6]}")
-def test_online_softmax_equals_full_attention(case) -> None:
-    batch, t_q, t_k, d_k, d_v, block, spec = case
-    q, k, v = randn(*batch, t_q, d_k, seed=1), randn(*batch, t_k, d_k, seed=2), randn(*batch, t_k, d_v, seed=3)
-    mask = make_mask(spec, t_q, t_k, seed=4)
-    out = online_softmax_attention(q, k, v, mask, block_size=block)
-    reference, _ = scaled_dot_product_attention(q, k, v, mask)
-    assert out.shape == reference.shape and out.dtype == q.dtype
-    assert not out.isnan().any(), "a fully masked row must give zeros, not 0 / 0"
-    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    if mask is not None:
-        empty = fully_masked_rows(mask.expand(*reference.shape[:-1], t_k))
-        assert (out.masked_select(empty) == 0).all(), "a query whose keys are all masked gets an all-zero output"
-        expected = expected.masked_fill(empty, 0.0)  # the course's convention, whatever SDPA does there
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
-
-
-def state_of(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The state (m, l, o) of keys with ``scores (..., T_q, n)`` (-inf where masked) and values ``v (..., n, d_v)``,
-    computed from its definition, in float64."""
-    scores, v = scores.double(), v.double()
-    m = scores.amax(dim=-1, keepdim=True)
-    p = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-    return m, p.sum(dim=-1, keepdim=True), p @ v
-
-
-@pytest.mark.parametrize("cuts", [(4,), (1,), (3, 7), (2, 5, 9)])
-def test_merged_states_are_the_state_of_all_the_keys_in_any_grouping(cuts: tuple[int, ...]) -> None:
-    scores, v = randn(2, 3, 11, seed=1, dtype=torch.float64) * 4, randn(2, 11, 5, seed=2, dtype=torch.float64)
-    bounds = [0, *cuts, 11]
-    states = [state_of(scores[..., a:b], v[:, a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
-    left = states[0]
-    for state in states[1:]:  # ((a + b) + c) + ...
-        left = merge_states(left, state)
-    right = states[-1]
-    for state in reversed(states[:-1]):  # a + (b + (c + ...))
-        right = merge_states(state, right)
-    whole = state_of(scores, v)
-    for merged in (left, right):
-        for got, want in zip(merged, whole, strict=True):
-            torch.testing.assert_close(got, want)
-    torch.testing.assert_close(left[2] / left[1], torch.softmax(scores, -1) @ v)
-    a, b = states[0], states[1]
-    for got, want in zip(merge_states(a, b), merge_states(b, a), strict=True):
-        torch.testing.assert_close(got, want, msg="the merge is commutative")
-
-
-def test_an_empty_state_changes_nothing_and_two_give_no_nan() -> None:
-    scores, v = randn(2, 3, 6, seed=3), randn(2, 6, 4, seed=4)
-    masked = scores.clone()
-    masked[:, 1] = float("-inf")  # query 1 sees no key here
-    some, partly = state_of(scores, v), state_of(masked, v)
-    empty = (torch.full((2, 3, 1), float("-inf"), dtype=torch.float64), torch.zeros(2, 3, 1, dtype=torch.float64),
-             torch.zeros(2, 3, 4, dtype=torch.float64))
-    for merged in (merge_states(empty, some), merge_states(some, empty)):
-        for got, want in zip(merged, some, strict=True):
-            assert torch.equal(got, want)
-    both = merge_states(empty, partly)
-    assert not any(t.isnan().any() for t in both) and torch.equal(both[0][:, 1], empty[0][:, 1])
-    assert not any(t.isnan().any() for t in merge_states(empty, empty))
-
-
-def test_merging_never_overflows_and_its_gradients_stay_finite() -> None:
-    a = state_of(randn(1, 2, 4, seed=5) * 40 + 600, randn(1, 4, 3, seed=6))  # e^600 overflows float64
-    b = state_of(randn(1, 2, 4, seed=7) * 40 - 600, randn(1, 4, 3, seed=8))
-    m, total, out = merge_states(a, b)
-    assert all(t.isfinite().all() for t in (m, total, out))
-    torch.testing.assert_close(out / total, a[2] / a[1], msg="b's keys weigh e^-1200 against a's: nothing")
-    leaves = [t.clone().requires_grad_(True) for t in (*a, *state_of(torch.full((1, 2, 4), float("-inf")),
-                                                                        randn(1, 4, 3, seed=9)))]
-    merged = merge_states(tuple(leaves[:3]), tuple(leaves[3:]))
-    (merged[1].sum() + merged[2].sum()).backward()
-    assert all(leaf.grad is not None and leaf.grad.isfinite().all() for leaf in leaves)
-
-
-def test_merge_states_refuses_states_of_other_shapes() -> None:
-    a, b = state_of(randn(2, 3, 4, seed=1), randn(2, 4, 5, seed=2)), state_of(randn(2, 2, 4, seed=3),
-                                                                                randn(2, 4, 5, seed=4))
-    with pytest.raises(ValueError, match="same shapes"):
-        merge_states(a, b)
-    with pytest.raises(ValueError, match=r"\(m, l, o\)"):
-        merge_states(a, a[:2])
-
-
-def test_online_softmax_runs_grouped_query_attention_s_heads() -> None:
-    """The readable path of grouped-query attention may compute its heads with the online softmax: the query heads
-    grouped (B, n_kv, group, T, d), each key/value head broadcast over its group, a cache's offset mask."""
-    torch.manual_seed(3)
-    attn = GroupedQueryAttention(32, 8, 2)
-    x = randn(2, 7, 32, seed=10)
-    q, k, v = projections(attn, x)
-    q = q.reshape(2, 2, 4, 7, 4)  # (B, n_kv, group, T, d_head)
-    heads = online_softmax_attention(q, k[:, :, None], v[:, :, None], causal_mask(7), block_size=3)
-    torch.testing.assert_close(attn.w_o(merge_heads(heads.reshape(2, 8, 7, 4))), attn(x), atol=1e-5, rtol=1e-5)
-
-
-def test_online_softmax_survives_large_scores_and_keeps_float64() -> None:
-    q, k, v = (randn(2, 9, 4, seed=s, dtype=torch.float64) for s in (1, 2, 3))
-    q = q * 300  # scores in the thousands: exp() overflows without the running maximum
-    out = online_softmax_attention(q, k, v, block_size=2)
-    assert out.dtype == torch.float64 and out.isfinite().all()
-    torch.testing.assert_close(out, scaled_dot_product_attention(q, k, v)[0])
-
-
-class LargestNewStorage(TorchFunctionMode):
-    """Records the most elements any tensor storage created inside the block holds (views of inputs excluded)."""
-
-    def __init__(self, *inputs: Tensor) -> None:
-        super().__init__()
-        self.known = {t.untyped_storage().data_ptr() for t in inputs}
-        self.largest = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, Tensor) and t.untyped_storage().data_ptr() not in self.known:
-                self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
-        return out
-
-
-def test_online_softmax_never_builds_the_full_score_matrix() -> None:
-    b, h, t, d, block = 2, 3, 256, 16, 32
-    q, k, v = (randn(b, h, t, d, seed=s) for s in (1, 2, 3))
-    mask = causal_mask(t)
-    with LargestNewStorage(q, k, v, mask) as online:
-        online_softmax_attention(q, k, v, mask, block_size=block)
-    with LargestNewStorage(q, k, v, mask) as full:
-        scaled_dot_product_attention(q, k, v, mask)
-    assert full.largest >= b * h * t * t, "the recorder must see the (T_q, T_k) scores of full attention"
-    assert online.largest <= b * h * t * block, (
-        f"the largest tensor the online softmax made holds {online.largest} elements; one block of scores, "
-        f"(B, H, T_q, block), is {b * h * t * block} and the whole (B, H, T_q, T_k) matrix {b * h * t * t}")
-
-
-def test_online_softmax_gradients_match_full_attention_and_leave_the_inputs_alone() -> None:
-    q, k, v = (randn(2, 5, 3, seed=s, dtype=torch.float64).requires_grad_() for s in (1, 2, 3))
-    mask = torch.rand(2, 5, 5, generator=torch.Generator().manual_seed(0)) > 0.3
-    mask[0, 2] = False  # a fully masked row: zero output, zero gradient
-    before = [t.detach().clone() for t in (q, k, v, mask)]
-    assert torch.autograd.gradcheck(lambda *x: online_softmax_attention(*x, mask, block_size=2), (q, k, v))
-    weights = randn(2, 5, 3, seed=9, dtype=torch.float64)
-    grads = torch.autograd.grad((online_softmax_attention(q, k, v, mask, block_size=2) * weights).sum(), (q, k, v))
-    expected = torch.autograd.grad((scaled_dot_product_attention(q, k, v, mask)[0] * weights).sum(), (q, k, v))
-    for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got, want)
-    for old, new in zip(before, (q, k, v, mask), strict=True):
-        assert torch.equal(old, new), "the inputs must not be modified in place"
-
-
-def test_online_softmax_rejects_bad_arguments_naming_them() -> None:
-    q, k, v = randn(2, 4, 8, seed=1), randn(2, 6, 8, seed=2), randn(2, 6, 5, seed=3)
-    with pytest.raises(ValueError, match="block_size"):
-        online_softmax_attention(q, k, v, block_size=0)
-    with pytest.raises(ValueError, match="d_k"):
-        online_softmax_attention(q, k[..., :4], v)
-    with pytest.raises(ValueError, match=r"T_k.*\(2, 6, 8\).*\(2, 5, 5\)"):
-        online_softmax_attention(q, k, v[:, :5])
-    with pytest.raises(ValueError, match="boolean"):
-        online_softmax_attention(q, k, v, torch.ones(4, 6))
-    with pytest.raises(ValueError, match=r"\(4, 5\)"):
-        online_softmax_attention(q, k, v, torch.ones(4, 5, dtype=torch.bool))
-
-
 # ------------------------------------------------------------------------------------- grouped-query attention
 
 
@@ -675,31 +476,3 @@ def test_the_notebook_s_copy_task_is_the_one_the_checks_measure_on_and_its_state
     for where, text in (("the notebook", notebook), ("the judges", Path(gpt_judges.__file__).read_text())):
         for value in baselines.values():
             assert f"{value:.2f}" in text, f"{where} should state the baseline {value:.2f}"
-
-
-def test_the_contract_table_names_existing_checks_for_every_exercise() -> None:
-    """autograder/checks/gpt_contract.md: a table per exercise of the chapter, each row a sentence of the contract and
-    the hidden check that holds it, named by a check id that exists (probe and judge)."""
-    import re
-
-    from autograder.chapters import chapter
-    from autograder.checks import core as checks
-    from autograder.judges import core as judges
-
-    text = (Path(checks.__file__).parent / "gpt_contract.md").read_text()
-    exercises = chapter("07_gpt").exercises()
-    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
-    probes, judged = set(checks.ids()), set(judges.ids())
-    rows = 0
-    for exercise in exercises:
-        title = exercise if exercise in sections else "Concept checks"
-        assert title in sections, f"no table for {exercise}"
-        for line in sections[title].splitlines()[2:]:
-            if not line.startswith("| ") or line.startswith("|---"):
-                continue
-            named = set(re.findall(r"`([A-Za-z]\w*_\w+)`", line.split(" | ")[1]))
-            assert named, f"a sentence without a hidden case: {line}"
-            assert named <= probes & judged, f"{sorted(named - probes - judged)} are not checks: {line}"
-            rows += title == exercise
-    assert rows >= 90, rows
-

@@ -34,33 +34,27 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
 from autograder.checks.core import (
     Check,
     Observations,
     WeightsNotLoaded,
+    WrongOutput,
     attempt,
     attempt_as_is,
     declare,
+    describe_value,
     feed_forward_weights,
     layer_norm_weights,
     linear_facts,
     load_layer_norm,
-    observe_contract,
     odd_tensor,
     plain,
     probe_answers,
     register,
     seeded,
-    seeded_mask,
     tensor_facts,
 )
-
-
-class WrongOutput(TypeError):
-    """The learner's function returned something that is not what the exercise asks for (shape, dtype)."""
-
 
 # ================================================================ sample_next
 
@@ -72,17 +66,6 @@ LOGITS = (
     torch.tensor([1.0, 0.25, -0.5, 0.25, -1.0, 0.25, -0.25]),
 )
 DRAWS = 6000  # rows per case: the frequencies are within about 0.01 of the probabilities
-
-
-def describe_value(x: Any) -> str:
-    """A short description of what the learner's code returned, for a message: a tensor's dtype and shape, or the
-    type of anything else."""
-    if isinstance(x, Tensor):
-        return f"a {str(x.dtype).removeprefix('torch.')} tensor of shape {tuple(x.shape)}" + (
-            f" on {x.device.type}" if x.device.type != "cpu" else "")
-    if isinstance(x, (tuple, list)):
-        return f"a {type(x).__name__} of {len(x)}"
-    return "None" if x is None else f"a {type(x).__name__}"
 
 
 def frequencies(tokens: Any, vocab: int) -> Tensor:
@@ -196,205 +179,6 @@ def _probe_sample_contract(student: Any) -> Observations:
 
 
 register("sample_next_contract", _probe_sample_contract)
-
-
-# ================================================================ merge_states
-
-def partial_state(scores: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """The state (m, l, o) of one set of keys, from its scores (..., T_q, n) (-inf where masked) and values (..., n,
-    d_v): the probes' own, to make the cases."""
-    m = scores.amax(dim=-1, keepdim=True)
-    p = torch.exp(scores - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
-    return m, p.sum(dim=-1, keepdim=True), p @ v
-
-
-def _state(*batch: int, t_q: int = 3, n: int = 4, d_v: int = 5, seed: int, scale: float = 1.0,
-           shift: float = 0.0, masked_rows: tuple[int, ...] = ()) -> tuple[Tensor, Tensor, Tensor]:
-    scores = seeded(*batch, t_q, n, seed=seed, scale=scale) + shift
-    scores[..., list(masked_rows), :] = float("-inf")  # rows whose keys here are all masked: an empty state
-    return partial_state(scores, seeded(*batch, n, d_v, seed=seed + 1))
-
-
-def empty_state(*batch: int, t_q: int = 3, d_v: int = 5) -> tuple[Tensor, Tensor, Tensor]:
-    """The state of no key: (-inf, 0, 0)."""
-    return (torch.full((*batch, t_q, 1), float("-inf")), torch.zeros(*batch, t_q, 1), torch.zeros(*batch, t_q, d_v))
-
-
-def _merge_all(student: Any, *states: tuple[Tensor, Tensor, Tensor]) -> Any:
-    """The learner's merge of two states, or of three in both groupings: ((a + b) + c, a + (b + c))."""
-    fresh = [tuple(t.clone() for t in state) for state in states]
-    if len(fresh) == 2:
-        return student(*fresh)
-    a, b, c = fresh
-    return student(student(a, b), c), student(a, student(b, c))
-
-
-MERGE_VALUES = declare(Check("merge_states_values", [  # (state a, state b[, state c])
-    (_state(2, seed=861), _state(2, seed=863, shift=0.8)),  # either maximum can be the larger
-    (_state(2, 2, t_q=2, n=3, d_v=4, seed=865, scale=3.0), _state(2, 2, t_q=2, n=6, d_v=4, seed=867)),
-    (_state(1, seed=869, scale=40.0, shift=300.0), _state(1, seed=871, scale=40.0, shift=-200.0)),  # e^300 overflows
-    (_state(2, seed=873), _state(2, seed=875, shift=-0.5), _state(2, seed=877, shift=1.0)),  # three, two groupings
-], call=_merge_all))
-_SOME = _state(2, seed=881)
-MERGE_EMPTY = declare(Check("merge_states_empty", [
-    (empty_state(2), _SOME),  # an empty state merged with a state: that state
-    (_SOME, empty_state(2)),
-    (empty_state(2), empty_state(2)),  # two empty states: an empty state, never NaN
-    (_state(2, seed=883, masked_rows=(0, 2)), _state(2, seed=885, masked_rows=(2,))),  # empty for some queries only
-], call=_merge_all))
-
-#: float64 states (finite) for the contract; the gradient of a merge with an empty state must be finite too
-MERGE_CONTRACT = {name: t.double() for name, t in zip(("m_a", "l_a", "o_a", "m_b", "l_b", "o_b"),
-                                                       (*_state(2, seed=887), *_state(2, seed=889, shift=0.3)),
-                                                       strict=True)}
-MERGE_SHAPE_ERRORS = (  # (what, a, b): states that must be refused with a ValueError
-    ("states of 3 and 4 queries", _state(2, seed=891), _state(2, t_q=4, seed=893)),
-    ("states of d_v 5 and 6", _state(2, seed=895), _state(2, d_v=6, seed=897)),
-)
-
-
-def _merged(student: Any) -> Callable[..., Tensor]:
-    """The learner's merge on separate tensors, its (m, l, o) side by side, (..., T_q, 2 + d_v): one output whose
-    gradient the contract check can take (the concatenation is the probe's, on what was returned)."""
-
-    def call(m_a: Tensor, l_a: Tensor, o_a: Tensor, m_b: Tensor, l_b: Tensor, o_b: Tensor) -> Tensor:
-        out = student((m_a, l_a, o_a), (m_b, l_b, o_b))
-        if not (isinstance(out, (tuple, list)) and len(out) == 3 and all(isinstance(t, Tensor) for t in out)):
-            raise WrongOutput(f"it returned {describe_value(out)}, not three tensors (m, l, o)")
-        return torch.cat(list(out), dim=-1)
-
-    return call
-
-
-def _probe_merge_contract(student: Any) -> Observations:
-    obs = observe_contract(_merged(student), MERGE_CONTRACT, seed=899)
-    del obs["called"]  # no torch function is forbidden here
-
-    def empty_grad() -> Any:
-        state = [t.double().requires_grad_(True) for t in _state(2, seed=901, masked_rows=(1,))]
-        merged = _merged(student)(*state, *(t.double() for t in empty_state(2)))
-        finite = torch.where(torch.isfinite(merged), merged, torch.zeros_like(merged))  # m is -inf where both are empty
-        grads = torch.autograd.grad((finite * seeded(*merged.shape, seed=902, dtype=merged.dtype)).sum(), state,
-                                    allow_unused=True)
-        return tuple(grads)
-
-    obs["empty_grad"] = attempt(empty_grad)
-    obs["errors"] = [attempt(lambda a=a, b=b: student(a, b)) for _, a, b in MERGE_SHAPE_ERRORS]
-    return obs
-
-
-register("merge_states_contract", _probe_merge_contract)
-
-
-# ================================================================ online_softmax_attention
-
-def _online(student: Any, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> Any:
-    return student(q, k, v, mask, block_size=block)
-
-
-def _late_peak(seed: int) -> tuple[Tensor, Tensor, Tensor]:
-    """q, k, v whose largest scores (about 300) sit in the last keys, after blocks of small ones: a running
-    maximum that is never raised, or sums never rescaled, overflow or go wrong there."""
-    q = seeded(2, 3, 8, seed=seed, scale=4.0)
-    k = seeded(2, 12, 8, seed=seed + 1, scale=0.2)
-    k[:, 9:] = q[:, :1].expand(2, 3, 8) * 3.0  # the last three keys line up with the first query
-    return q, k, seeded(2, 12, 5, seed=seed + 2)
-
-
-ONLINE_VALUES = declare(Check("online_softmax_attention_values", [  # (q, k, v, mask, block_size)
-    (seeded(2, 4, 6, seed=851), seeded(2, 10, 6, seed=852), seeded(2, 10, 5, seed=853), None, 4),  # 4 + 4 + 2
-    (seeded(2, 2, 3, 8, seed=854), seeded(2, 2, 7, 8, seed=855), seeded(2, 2, 7, 8, seed=856), None, 1),
-    (seeded(1, 5, 4, seed=857), seeded(1, 6, 4, seed=858), seeded(1, 6, 3, seed=859), None, 16),  # one block
-    (*_late_peak(860), None, 3),
-    # grouped-query shapes: q (B, n_kv, group, T_q, d), k and v (B, n_kv, 1, T_k, d) broadcast over the group
-    (seeded(2, 2, 2, 3, 8, seed=846), seeded(2, 2, 1, 7, 8, seed=847), seeded(2, 2, 1, 7, 4, seed=848), None, 3),
-    (seeded(3, 5, seed=843), seeded(9, 5, seed=844), seeded(9, 2, seed=845), None, 4),  # no leading dimension at all
-], call=_online))
-
-
-def _dead_rows(*shape: int, seed: int) -> Tensor:
-    """A seeded mask (..., T_q, T_k) whose query 1 sees nothing and query 0 sees only its last key."""
-    mask = seeded_mask(*shape, seed=seed)
-    mask[..., 1, :] = False
-    mask[..., 0, :] = False
-    mask[..., 0, -1] = True  # its first blocks are all masked: the running maximum is -inf there
-    mask[..., 2:, 0] = True
-    return mask
-
-
-ONLINE_MASKED = declare(Check("online_softmax_attention_masked", [
-    (seeded(2, 4, 6, seed=861), seeded(2, 9, 6, seed=862), seeded(2, 9, 3, seed=863), _dead_rows(2, 4, 9, seed=864),
-     4),
-    (seeded(3, 5, 4, seed=865), seeded(3, 5, 4, seed=866), seeded(3, 5, 4, seed=867),
-     torch.ones(5, 5, dtype=torch.bool).tril(), 2),  # causal, broadcast over the batch
-    (seeded(2, 3, 4, seed=868), seeded(2, 7, 4, seed=869), seeded(2, 7, 2, seed=870), _dead_rows(2, 3, 7, seed=871),
-     3),
-    (seeded(2, 4, 6, seed=872), seeded(2, 9, 6, seed=873), seeded(2, 9, 3, seed=874),  # a padding mask (B, 1, T_k)
-     torch.tensor([[True] * 6 + [False] * 3, [True] * 2 + [False] * 7])[:, None, :], 4),
-    # the offset causal mask of a cache, (T_q, T_k), over grouped-query shapes
-    (seeded(1, 2, 2, 3, 8, seed=875), seeded(1, 2, 1, 7, 8, seed=876), seeded(1, 2, 1, 7, 4, seed=877),
-     torch.ones(3, 7, dtype=torch.bool).tril(4), 2),
-], call=_online))
-
-
-class _ShapeRecorder(TorchFunctionMode):
-    """Records the shape of every floating-point tensor that a torch function returns inside the block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.shapes: set[tuple[int, ...]] = set()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, Tensor) and t.is_floating_point():
-                self.shapes.add(tuple(t.shape))
-        return out
-
-
-#: T_q = 3 queries over T_k = 40 keys in blocks of 8: no floating tensor ending in (3, 40) may ever exist
-BLOCK_CASE = (seeded(2, 3, 6, seed=881), seeded(2, 40, 6, seed=882), seeded(2, 40, 5, seed=883), 8)
-
-
-#: 2 queries over 300 keys, block_size left at its default of 128: the widest scores are 128 per query
-DEFAULT_BLOCK_CASE = (seeded(1, 2, 4, seed=878), seeded(1, 300, 4, seed=879), seeded(1, 300, 3, seed=880))
-
-
-def _probe_blocks(student: Any) -> Observations:
-    def run(q: Tensor, k: Tensor, v: Tensor, *block: int) -> dict[str, Any]:
-        recorder = _ShapeRecorder()
-        with recorder:
-            out = student(q.clone(), k.clone(), v.clone(), None, **({"block_size": block[0]} if block else {}))
-        widest = max((s[-1] for s in recorder.shapes if len(s) >= 2 and s[-2] == q.shape[-2]), default=0)
-        return {"out": plain(out), "widest": widest}
-
-    return {"run": attempt_as_is(lambda: run(*BLOCK_CASE)), "default": attempt_as_is(lambda: run(*DEFAULT_BLOCK_CASE))}
-
-
-register("online_softmax_attention_blocks", _probe_blocks)
-
-#: float64 inputs whose second query may attend nothing: its output is 0 and its gradients must be 0, not NaN
-ONLINE_CONTRACT = {"q": seeded(2, 3, 4, seed=884, dtype=torch.float64),
-                   "k": seeded(2, 5, 4, seed=885, dtype=torch.float64),
-                   "v": seeded(2, 5, 3, seed=886, dtype=torch.float64)}
-ONLINE_CONTRACT_MASK = torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5])
-ONLINE_ERRORS = (  # (what, q, k, v, block_size): calls that must raise ValueError
-    ("block_size=0", seeded(1, 2, 4, seed=887), seeded(1, 5, 4, seed=888), seeded(1, 5, 3, seed=889), 0),
-    ("q with d_k=4 and k with d_k=3", seeded(1, 2, 4, seed=890), seeded(1, 5, 3, seed=891), seeded(1, 5, 3, seed=892),
-     2),
-)
-
-
-def _probe_online_contract(student: Any) -> Observations:
-    obs = observe_contract(lambda q, k, v: student(q, k, v, ONLINE_CONTRACT_MASK.clone(), block_size=2),
-                           ONLINE_CONTRACT, seed=893)
-    del obs["called"]  # the blocks check watches what is built
-    obs["errors"] = [attempt(lambda q=q, k=k, v=v, b=b: student(q.clone(), k.clone(), v.clone(), None, block_size=b))
-                     for _, q, k, v, b in ONLINE_ERRORS]
-    return obs
-
-
-register("online_softmax_attention_contract", _probe_online_contract)
 
 
 # ================================================================ KVCache
@@ -1091,7 +875,5 @@ register("generate_sampling", _probe_sampling)
 # ================================================================ concept checks
 
 KV_CACHE_ELEMENTS_CASES = [(12, 1, 12, 12, 1024, 64), (32, 4, 32, 8, 4096, 128), (2, 3, 6, 1, 10, 5)]
-POSITIONS_PROCESSED_CASES = [(5, 4, True), (5, 4, False), (100, 50, True), (100, 50, False), (3, 1, False)]
 
 register("kv_cache_elements_answer", probe_answers(KV_CACHE_ELEMENTS_CASES))
-register("positions_processed_answer", probe_answers(POSITIONS_PROCESSED_CASES))

@@ -18,21 +18,17 @@ import torch
 from torch import Tensor
 
 from attention_course.testing import (
-    GRAPH_CUT,
     MODIFIED_IN_PLACE,
     NO_RETURN,
-    mistake_name,
 )
-from autograder.checks.core import Mistake, Observations, Raised, seeded
+from autograder.checks.core import Mistake, Observations, Raised
 from autograder.checks.gpt import (
     BLOCK_CACHE,
-    BLOCK_CASE,
     BLOCK_FORWARD,
     BLOCK_TRAINING,
     COPIES_EVAL,
     COPY_LENGTH,
     COPY_VOCAB,
-    DEFAULT_BLOCK_CASE,
     DRAWS,
     GENERATE_CACHE_CASES,
     GENERATE_TOKENS_CASES,
@@ -45,20 +41,10 @@ from autograder.checks.gpt import (
     KV_CACHE_ELEMENTS_CASES,
     KV_LENGTH_SCRIPT,
     KV_UPDATE,
-    MERGE_CONTRACT,
-    MERGE_EMPTY,
-    MERGE_SHAPE_ERRORS,
-    MERGE_VALUES,
     MODEL_CACHE,
     MODEL_FORWARD,
     MODEL_TOO_LONG,
     MODEL_TRAINING,
-    ONLINE_CONTRACT,
-    ONLINE_CONTRACT_MASK,
-    ONLINE_ERRORS,
-    ONLINE_MASKED,
-    ONLINE_VALUES,
-    POSITIONS_PROCESSED_CASES,
     SAMPLE_ERRORS,
     SAMPLE_TEMPERATURE,
     SAMPLE_TOP_K,
@@ -83,10 +69,11 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
-    judge_contract_basics,
     judge_tensor,
     judge_value_error,
     register,
+    told,
+    unnamed,
 )
 from solutions import gpt as ref
 
@@ -95,17 +82,6 @@ NO_CAUSAL_MASK = "no causal mask"
 NO_OFFSET = "mask without the cache offset"
 DROPOUT_IN_EVAL = "dropout applied in eval mode"
 ARGMAX = "argmax instead of a draw"
-
-
-def _unnamed(text: str) -> str:
-    """``text``, ended so that it cannot read as naming a mistake: it may end with a repr of the learner's."""
-    return f"{text}." if mistake_name(text) else text
-
-
-def _describe(raised: Raised, what: str) -> str:
-    if raised.type in ("WeightsNotLoaded", "WrongOutput"):
-        return _unnamed(f"{what}: {raised.message}")
-    return f"{what} {raised.describe()}"
 
 
 # ================================================================ sample_next
@@ -185,7 +161,7 @@ def _judge_frequencies(observed: Any, row: Tensor, temperature: float, top_k: in
             raise Mistake(f"{what} {observed.describe()} — the k-th largest logit of shape (B,) is compared with the "
                           f"columns, not the rows: keep its shape (B, 1), values[:, -1:] or keepdim=True",
                           "threshold of another row")
-        raise Mistake(_describe(observed, what))
+        raise Mistake(told(observed, what))
     expected = _filtered(row, temperature, top_k, top_p)
     if _same_draws(observed, expected):
         return
@@ -213,10 +189,10 @@ def _judge_square(got: Any, option: str) -> None:
     """Every row of SQUARE_ROWS (8 rows of 8 logits) with ``option`` (top_k=1 or top_p=0.05) must give its argmax."""
     what = f"sample_next(logits of shape (8, 8), each row's largest logit elsewhere, {option})"
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     expected = SQUARE_ROWS.argmax(dim=-1)
     if not isinstance(got, Tensor) or tuple(got.shape) != (8,):
-        raise Mistake(_unnamed(f"{what} should return 8 token ids, one per row; got {describe(got)}"))
+        raise Mistake(unnamed(f"{what} should return 8 token ids, one per row; got {describe(got)}"))
     if torch.equal(got.long(), expected):
         return
     raise Mistake(f"{what} gave {got.tolist()}, expected each row's most likely token, {expected.tolist()}: a row's "
@@ -253,7 +229,7 @@ def _judge_greedy(obs: Observations) -> None:
                           "temperature 0 divides by zero" if about_zero else None)
         expected = GREEDY_ROWS.argmax(dim=-1)
         if not isinstance(got, Tensor) or tuple(got.shape) != (5,):
-            raise Mistake(_unnamed(f"{what} should return 5 token ids, one per row; got {describe(got)}"))
+            raise Mistake(unnamed(f"{what} should return 5 token ids, one per row; got {describe(got)}"))
         if not torch.equal(got.long(), expected):
             raise Mistake(f"{what} gave {got.tolist()}, expected the argmax of each row, {expected.tolist()} — "
                           f"temperature 0 is greedy decoding, no draw, whatever the filters")
@@ -266,10 +242,10 @@ def _judge_generator(obs: Observations) -> None:
     what = "sample_next(logits of shape (40, 6), temperature=1.0, generator=...)"
     got = obs["draws"]
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     first, again, other = got["first"], got["again"], got["other"]
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in (first, again, other)):
-        raise Mistake(_unnamed(f"{what} should return 40 token ids, one per row; got {describe(first)}"))
+        raise Mistake(unnamed(f"{what} should return 40 token ids, one per row; got {describe(first)}"))
     if got["global_used"]:
         raise Mistake(f"{what} drew from PyTorch's global random state instead of the generator it was given: pass "
                       f"generator=generator to torch.multinomial, so that the same generator state gives the same "
@@ -282,9 +258,9 @@ def _judge_generator(obs: Observations) -> None:
     what = "sample_next(logits of shape (40, 6), temperature=1.0) without a generator, after torch.manual_seed"
     got = obs["default"]
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in got):
-        raise Mistake(_unnamed(f"{what} should return 40 token ids; got {describe(got[0])}"))
+        raise Mistake(unnamed(f"{what} should return 40 token ids; got {describe(got[0])}"))
     if not torch.equal(got[0], got[1]) or torch.equal(got[0], got[2]):
         raise Mistake(f"{what}: the same global seed should give the same tokens and another seed others — "
                       f"generator=None means PyTorch's global random state: pass generator=generator on as it is",
@@ -298,7 +274,7 @@ def _judge_sample_contract(obs: Observations) -> None:
     what = "sample_next(logits of shape (1, 8), generator=...)"
     got = obs["one_row"]
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     if not isinstance(got, Tensor) or tuple(got.shape) != (1,) or got.dtype != torch.int64:
         squeezed = isinstance(got, Tensor) and got.dim() == 0
         raise Mistake(f"{what} returned {describe(got)}, not a LongTensor of shape (1,): one token id per row, "
@@ -308,310 +284,19 @@ def _judge_sample_contract(obs: Observations) -> None:
     what = "sample_next(float64 logits of shape (5, 7), temperature=0.5, top_k=4, top_p=0.9)"
     got = obs["float64"]
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     if not got["untouched"]:
         raise Mistake(f"{what} changed the logits it was given: the caller's tensor (in generate, the model's "
                       f"output) must stay as it was — `logits = logits / temperature`, `masked_fill` or `torch.where`, "
                       f"not `/=`, `masked_fill_` or `logits[...] = -inf`", MODIFIED_IN_PLACE)
     drawn = got["drawn"]
     if not (isinstance(drawn, dict) and drawn.get("dtype") == "torch.int64" and tuple(drawn.get("shape", ())) == (5,)):
-        raise Mistake(_unnamed(f"{what} should return a LongTensor of shape (5,); got {drawn}"))
+        raise Mistake(unnamed(f"{what} should return a LongTensor of shape (5,); got {drawn}"))
     for (call, _, _), raised in zip(SAMPLE_ERRORS, obs["errors"], strict=True):
         judge_value_error(raised, f"sample_next with {call}", ())
 
 
 register("sample_next_contract", _judge_sample_contract)
-
-
-# ================================================================ merge_states
-
-def _merge_variant(a: tuple, b: tuple, kind: str = "") -> tuple[Tensor, Tensor, Tensor]:
-    """The merge of two states with one named mistake, or none."""
-    (m_a, total_a, out_a), (m_b, total_b, out_b) = a, b
-    m = torch.minimum(m_a, m_b) if kind == "min" else torch.maximum(m_a, m_b)
-    if kind == "no rescale":
-        return m, total_a + total_b, out_a + out_b
-    if kind == "normalised":  # each side's output divided by its sum, then averaged by weight
-        merged = ref.merge_states(a, b)
-        return merged[0], merged[1], merged[2] / merged[1]
-    shift = m if kind in ("unguarded", "min") else torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    scale_a, scale_b = torch.exp(m_a - shift), torch.exp(m_b - shift)
-    if kind == "one side":  # b taken as already measured against the new maximum
-        scale_b = torch.ones_like(scale_b)
-    if kind == "inverted":
-        scale_a, scale_b = torch.exp(shift - m_a), torch.exp(shift - m_b)
-    return m, total_a * scale_a + total_b * scale_b, out_a * scale_a + out_b * scale_b
-
-
-_MERGE_SUSPECTS = (  # the NaN of two empty states first: other mistakes can give NaN there too
-    ("unguarded", "where both states are empty (m = -inf on both sides) it gives NaN: exp(-inf - (-inf)) is NaN — "
-                  "shift by 0 where the new maximum is -inf", "NaN when both states are empty"),
-    ("no rescale", "the sums are added as they are: each is measured against its own maximum, so before adding, "
-                   "multiply each side's ℓ and o by exp(its m - the new m)", "states added without rescaling"),
-    ("one side", "only the first state is rescaled: the second is measured against its own maximum too, which "
-                 "need not be the new one — multiply each side by exp(its m - max(m_a, m_b))",
-     "only one side rescaled"),
-    ("inverted", "the rescaling factor is upside down: a side whose maximum is below the new one shrinks, by "
-                 "exp(m_side - m_new) <= 1", "rescaling factor inverted"),
-    ("normalised", "o is divided by ℓ: a state keeps o unnormalised, the weighted sum of values, so that it can be "
-                   "merged again; only the final output is o / ℓ", "output normalised in the state"),
-    ("min", "the new reference is the smaller maximum: exp(m_side - m_min) is then >= 1 and overflows for large "
-            "scores — take m = max(m_a, m_b), so that every exponent is <= 0", "minimum instead of maximum"),
-)
-
-
-def _merge_what(*states: tuple) -> str:
-    shapes = ", ".join(f"(m {tuple(s[0].shape)}, l, o {tuple(s[2].shape)})" for s in states)
-    return f"merge_states of the states {shapes}" + (", grouped both ways" if len(states) == 3 else "")
-
-
-def _merge_expected(*states: tuple) -> Any:
-    if len(states) == 2:
-        return ref.merge_states(*states)
-    a, b, c = states
-    return ref.merge_states(ref.merge_states(a, b), c), ref.merge_states(a, ref.merge_states(b, c))
-
-
-def _judge_merged(got: Any, expected: tuple, what: str, suspects: list[tuple[str, str, tuple]]) -> None:
-    """One merge's result against the reference state, part by part, naming the mistake whose state it matches."""
-    if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
-    if got is None:
-        raise Mistake(f"{what} returned None — return the merged state, a tuple (m, l, o)", NO_RETURN)
-    if not (isinstance(got, tuple) and len(got) == 3 and all(isinstance(t, Tensor) for t in got)):
-        raise Mistake(_unnamed(f"{what} should return three tensors (m, l, o); got {describe(got)}"))
-    if all(_close_state(g, e) for g, e in zip(got, expected, strict=True)):
-        return
-    for message, name, candidate in suspects:
-        if all(_close_state(g, c) for g, c in zip(got, candidate, strict=True)):
-            raise Mistake(f"{what}: {message}", name)
-    for label, g, e in zip(("m", "l", "o"), got, expected, strict=True):
-        judge_tensor(g, e, f"the {label} of {what}",
-                     hint="m = max(m_a, m_b); l and o: each side's sums times exp(its m - m), added")
-
-
-def _close_state(got: Tensor, expected: Tensor) -> bool:
-    """Equal up to rounding, -inf matching -inf (the maximum of an empty state) and NaN matching NaN (the reference
-    has none: only a suspect's NaN can match)."""
-    if got.shape != expected.shape:
-        return False
-    g, e = got.double(), expected.double()
-    same_inf = torch.isinf(g) & torch.isinf(e) & (g.sign() == e.sign())
-    return bool(torch.where(same_inf, True, torch.isclose(g, e, atol=1e-5, rtol=1e-4, equal_nan=True)).all())
-
-
-def _merge_suspects(*states: tuple) -> list[tuple[str, str, tuple]]:
-    found = []
-    for kind, message, name in _MERGE_SUSPECTS:
-        try:
-            if len(states) == 2:
-                candidate = _merge_variant(*states, kind)
-            else:  # the three-state case judges the grouping (a + b) + c with the mistake
-                a, b, c = states
-                candidate = _merge_variant(_merge_variant(a, b, kind), c, kind)
-        except Exception:  # a mistake that cannot run on these states is not what happened
-            continue
-        found.append((message, name, candidate))
-    return found
-
-
-def _judge_merge_check(check: Any) -> Callable[[Observations], None]:
-    def one(got: Any, *states: tuple) -> None:
-        what, expected = _merge_what(*states), _merge_expected(*states)
-        if len(states) == 2:
-            _judge_merged(got, expected, what, _merge_suspects(*states))
-            return
-        if isinstance(got, Raised):
-            raise Mistake(_describe(got, what))
-        if not (isinstance(got, tuple) and len(got) == 2):
-            raise Mistake(_unnamed(f"{what}: each grouping should give a state; got {describe(got)}"))
-        _judge_merged(got[0], expected[0], f"{what}: (a + b) + c", _merge_suspects(*states))
-        _judge_merged(got[1], expected[1], f"{what}: a + (b + c)", [])
-
-    return lambda obs: judge_cases((got, lambda got, case=case: one(got, *case))
-                                   for case, got in zip(check.cases, obs[check.key], strict=True))
-
-
-register("merge_states_values", _judge_merge_check(MERGE_VALUES))
-register("merge_states_empty", _judge_merge_check(MERGE_EMPTY))
-
-
-def _judge_merge_contract(obs: Observations) -> None:
-    function = "merge_states"
-    judge_contract_basics(obs, function, " (`o = o * s`, not `o *= s`; no `out=` into an input)")
-    leaves = {name: t.detach().clone().requires_grad_(True) for name, t in MERGE_CONTRACT.items()}
-    a, b = (tuple(leaves[f"{part}_{side}"] for part in "mlo") for side in "ab")
-    merged = torch.cat(ref.merge_states(a, b), dim=-1)
-    judge_tensor(obs["out"], merged.detach(), "merge_states's (m, l, o) on float64 states", atol=1e-9, rtol=1e-7)
-    expected = torch.autograd.grad((merged * seeded(*merged.shape, seed=899, dtype=merged.dtype)).sum(),
-                                   list(leaves.values()))
-    grads = obs["grads"]
-    for name, want in zip(leaves, expected, strict=True):
-        got = grads[name]
-        if got is None:
-            raise Mistake(f"no gradient reaches `{name}` through merge_states — something detaches it: `.detach()`, "
-                          f"`.item()`, or building a new tensor from the results", GRAPH_CUT)
-        judge_tensor(got, want, f"the gradient of merge_states with respect to `{name}`", atol=1e-8, rtol=1e-6)
-    got = obs["empty_grad"]
-    what = "the gradient of merge_states(state, empty state) with respect to the first state's m, l and o"
-    if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
-    if not (isinstance(got, tuple) and len(got) == 3) or any(
-            isinstance(g, Tensor) and bool(torch.isnan(g).any()) for g in got):
-        raise Mistake(f"{what} holds NaN where a query's keys are all masked: torch.where or nan_to_num applied "
-                      f"after exp(-inf - (-inf)) hides the NaN going forward, not coming back — shift by 0 before "
-                      f"the exponential", "NaN gradient on empty states")
-    for (call, _, _), raised in zip(MERGE_SHAPE_ERRORS, obs["errors"], strict=True):
-        judge_value_error(raised, f"merge_states of {call}", ())
-
-
-register("merge_states_contract", _judge_merge_contract)
-
-
-# ================================================================ online_softmax_attention
-
-def _online_variant(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int, *, rescale_total: bool = True,
-                    rescale_out: bool = True, scale: bool = True, raise_max: bool = True, guard: bool = True,
-                    per_block: bool = False) -> Tensor:
-    """The online softmax with one named mistake, or none."""
-    t_q, t_k = q.shape[-2], k.shape[-2]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], t_k)
-    if scale:
-        q = q / math.sqrt(q.shape[-1])
-    m = q.new_full((*batch, t_q, 1), NEG_INF)
-    total = q.new_zeros((*batch, t_q, 1))
-    out = q.new_zeros((*batch, t_q, v.shape[-1]))
-    parts = []
-    for start in range(0, t_k, block):
-        scores = q @ k[..., start:start + block, :].transpose(-2, -1)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., start:start + block], NEG_INF)
-        if per_block:
-            parts.append(ref.scaled_dot_product_attention(q * math.sqrt(q.shape[-1]), k[..., start:start + block, :],
-                                                          v[..., start:start + block, :], None if mask is None else
-                                                          mask[..., start:start + block])[0])
-            continue
-        block_max = scores.amax(dim=-1, keepdim=True)
-        m_new = torch.maximum(m, block_max) if raise_max or start == 0 else m
-        shift = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new)) if guard else m_new
-        rescale = torch.exp(m - shift)
-        p = torch.exp(scores - shift)
-        total = (total * rescale if rescale_total else total) + p.sum(dim=-1, keepdim=True)
-        out = (out * rescale if rescale_out else out) + p @ v[..., start:start + block, :]
-        m = m_new
-    if per_block:
-        return sum(parts) / len(parts)
-    return out / (torch.where(total > 0, total, torch.ones_like(total)) if guard else total)
-
-
-def _online_what(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> str:
-    return (f"online_softmax_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-            + ("" if mask is None else f", mask {tuple(mask.shape)}") + f", block_size={block})")
-
-
-def _online_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> list[Suspect]:
-    run = lambda **kw: lambda: _online_variant(q, k, v, mask, block, **kw)  # noqa: E731
-    suspects = [
-        Suspect("when a block raises the running maximum, the old sum and output are not rescaled by "
-                "exp(m_old - m_new): they stay measured against the old maximum — multiply both by it before adding "
-                "the block's terms", "running sums not rescaled", run(rescale_total=False, rescale_out=False)),
-        Suspect("the running output is rescaled by exp(m_old - m_new) when the maximum rises, but the running sum "
-                "is not: rescale both", "running sum not rescaled", run(rescale_total=False)),
-        Suspect("the running sum is rescaled by exp(m_old - m_new) when the maximum rises, but the running output "
-                "is not: rescale both", "running output not rescaled", run(rescale_out=False)),
-        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(q.shape[-1]):g}", "no scaling",
-                run(scale=False)),
-        Suspect("the running maximum is set by the first block and never raised, so a later block with larger "
-                "scores overflows exp — take m_new = max(m, the block's maximum) at every block",
-                "running maximum never raised", run(raise_max=False)),
-        Suspect("each block is normalised on its own and the blocks' outputs averaged: the blocks must share one "
-                "softmax — carry m, the sum and the output from block to block and divide once, at the end",
-                "blocks normalised separately", run(per_block=True)),
-    ]
-    if mask is not None:
-        suspects += [
-            Suspect("a query whose keys are all masked — in one block, or in all of them — gets NaN: its running "
-                    "maximum is -inf and exp(-inf - (-inf)) is NaN; shift by 0 where the maximum is not finite, and "
-                    "divide by 1 where the sum is 0", "NaN on fully masked rows", run(guard=False)),
-            Suspect("the mask is ignored: masked keys still get weight", "mask ignored",
-                    lambda: _online_variant(q, k, v, None, block)),
-            Suspect("the mask is inverted: True means 'may attend', so block where the mask is False",
-                    "inverted mask", lambda: _online_variant(q, k, v, ~mask, block)),
-        ]
-    return suspects
-
-
-def _online_reference(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block: int) -> Tensor:
-    return ref.online_softmax_attention(q, k, v, mask, block_size=block)
-
-
-def _online_crash(raised: Raised, what: str, q: Tensor, k: Tensor, *_: Any) -> Mistake:
-    """A crash on inputs of other than three dimensions, or whose leading dimensions differ, most likely comes from
-    code written for (B, T, d) alone (torch.bmm, an einsum over 'bqd', a reshape to three axes)."""
-    if q.dim() != 3 or q.shape[:-2] != k.shape[:-2]:
-        return Mistake(f"{what} {raised.describe()} — q, k and v may have any leading dimensions, which broadcast: "
-                       f"`q @ k.mT` and `weights @ v` handle them, torch.bmm and three-axis einsums do not",
-                       "leading dimensions not broadcast")
-    return Mistake(_describe(raised, what))
-
-
-judge(Compare(ONLINE_VALUES, _online_reference, _online_what, _online_suspects,
-              hint="out must equal softmax(q kᵀ / √d_k) v, whatever the block size", crashed=_online_crash))
-judge(Compare(ONLINE_MASKED, _online_reference, _online_what, _online_suspects,
-              hint="masked scores are -inf, and a query that may attend no key gets an all-zero output"))
-
-
-def _judge_blocks(obs: Observations) -> None:
-    q, k, v, block = BLOCK_CASE
-    what = _online_what(q, k, v, None, block)
-    got = obs["run"]
-    if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
-    if got["widest"] > block:
-        raise Mistake(f"{what} built a tensor of {got['widest']} scores per query: the (T_q, T_k) = "
-                      f"{(q.shape[-2], k.shape[-2])} matrix, all at once. The point of the exercise is that no more "
-                      f"than one block of scores, (T_q, block_size), ever exists: loop over the keys block by block",
-                      "all scores at once")
-    judge_tensor(got["out"], _online_reference(q, k, v, None, block), what, _online_suspects(q, k, v, None, block))
-    q, k, v = DEFAULT_BLOCK_CASE
-    what = f"online_softmax_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}), block_size left out"
-    got = obs["default"]
-    if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
-    judge_tensor(got["out"], _online_reference(q, k, v, None, 128), what)
-    if got["widest"] != 128:
-        raise Mistake(f"{what} made blocks of {got['widest']} scores per query: block_size is 128 by default, as the "
-                      f"signature says", "block_size default changed")
-
-
-register("online_softmax_attention_blocks", _judge_blocks)
-
-
-def _judge_online_contract(obs: Observations) -> None:
-    function = "online_softmax_attention"
-    judge_contract_basics(obs, function, " (`q = q / s`, not `q /= s` or `q.mul_(s)`)")
-    leaves = {name: t.detach().clone().requires_grad_(True) for name, t in ONLINE_CONTRACT.items()}
-    out = ref.online_softmax_attention(*leaves.values(), ONLINE_CONTRACT_MASK, block_size=2)
-    what = f"{function} on float64 inputs, a query that may attend nothing included"
-    judge_tensor(obs["out"], out.detach(), what, atol=1e-9, rtol=1e-7)
-    expected = torch.autograd.grad((out * seeded(*out.shape, seed=893, dtype=out.dtype)).sum(), list(leaves.values()))
-    for name, want in zip(leaves, expected, strict=True):
-        got = obs["grads"][name]
-        if got is None:
-            raise Mistake(f"no gradient reaches `{name}` through {function} — something detaches it: `.detach()`, "
-                          f"`.item()`, `torch.no_grad()`, or building a new tensor from results", GRAPH_CUT)
-        if isinstance(got, Tensor) and bool(torch.isnan(got).any()):
-            raise Mistake(f"the gradient of {what} with respect to `{name}` holds NaN: torch.where or nan_to_num "
-                          f"applied after exp(-inf - (-inf)) hides the NaN going forward, not coming back — shift by "
-                          f"0 before the exponential, divide by 1 where the sum is 0", "NaN gradient on masked rows")
-        judge_tensor(got, want, f"the gradient of {function} with respect to `{name}`", atol=1e-8, rtol=1e-6)
-    for (call, *_), raised in zip(ONLINE_ERRORS, obs["errors"], strict=True):
-        judge_value_error(raised, f"{function} with {call}", ())
-
-
-register("online_softmax_attention_contract", _judge_online_contract)
 
 
 # ================================================================ KVCache
@@ -670,9 +355,9 @@ def _judge_cache_update(obs: Observations) -> None:
     def one(got: Any, n_layers: int, updates: list) -> None:
         what = f"KVCache({n_layers}) after {len(updates)} updates"
         if isinstance(got, Raised):
-            raise Mistake(_describe(got, what))
+            raise Mistake(told(got, what))
         if not (isinstance(got, tuple) and len(got) == 4):  # the probe's own record: (returned, keys, values, shared)
-            raise Mistake(_unnamed(f"{what}: the cache could not be read; got {describe(got)}"))
+            raise Mistake(unnamed(f"{what}: the cache could not be read; got {describe(got)}"))
         returned, keys, values, shared = got
         if any(r is None for r in returned):
             raise Mistake(f"{what}: update returned None — return the layer's keys and values, everything "
@@ -699,7 +384,7 @@ def _judge_cache_update(obs: Observations) -> None:
                               f"{_shapes(r)}, expected {_shapes(e)}: every key and value of that layer so far, "
                               f"old then new along the positions")
         if not isinstance(keys, tuple) or len(keys) != n_layers:
-            raise Mistake(_unnamed(f"{what}: cache.keys should be a list of n_layers = {n_layers} entries; got "
+            raise Mistake(unnamed(f"{what}: cache.keys should be a list of n_layers = {n_layers} entries; got "
                                    f"{_shapes(keys)}"))
         untouched = [layer for layer in range(n_layers) if all(u[0] != layer for u in updates)]
         if any(keys[layer] is not None or values[layer] is not None for layer in untouched):
@@ -729,7 +414,7 @@ def _judge_length(obs: Observations) -> None:
     got = obs["lengths"]
     what = f"KVCache({n_layers}).length, before and after each of {len(updates)} updates (every layer in turn)"
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     positions, counts, summed, last = [0], [0], [0], [0]
     seen = [0] * n_layers
     for i, (layer, k, _) in enumerate(updates):
@@ -742,7 +427,7 @@ def _judge_length(obs: Observations) -> None:
     odd = next((n for n in got if not isinstance(n, (int, float)) and not (isinstance(n, Tensor) and n.dim() == 0)),
                None)
     if odd is not None:
-        raise Mistake(_unnamed(f"{what} should be an int, the number of positions cached; got {describe(odd)}"))
+        raise Mistake(unnamed(f"{what} should be an int, the number of positions cached; got {describe(odd)}"))
     if got == positions:
         return
     for wrong, message, name in (
@@ -832,7 +517,7 @@ def _offset_crash(raised: Raised, what: str) -> Mistake:
         return Mistake(f"{what} {raised.describe()} — with a cache the scores are (T, T_cache + T), so the mask must "
                        f"be causal_mask(T, T_cache + T), whose offset lines the new queries up with the cached keys; "
                        f"causal_mask(T) is (T, T)", NO_OFFSET)
-    return Mistake(_describe(raised, what))
+    return Mistake(told(raised, what))
 
 
 def _judge_cached(got: Any, what: str, expected: Tensor, suspects: list[Suspect], keys_expected: tuple,
@@ -888,7 +573,7 @@ def _judge_gqa_projections(obs: Observations) -> None:
         what = f"GroupedQueryAttention({', '.join(map(str, args))}" + ("" if bias else ", bias=False") + ")"
         got = obs[key]
         if isinstance(got, Raised):
-            raise Mistake(_describe(got, what))
+            raise Mistake(told(got, what))
         width = kv * d // h
         for name, rows in (("w_q", d), ("w_k", width), ("w_v", width), ("w_o", d)):
             facts = got[name]
@@ -918,15 +603,15 @@ def _judge_gqa_dropout(obs: Observations) -> None:
     call = f"GroupedQueryAttention({case.d}, {case.n_heads}, {case.n_kv}, dropout={p_drop}) on x {tuple(case.x.shape)}"
     none = obs["none"]
     if isinstance(none, Raised):
-        raise Mistake(_describe(none, call.replace(f"dropout={p_drop}", "dropout=0.0")))
+        raise Mistake(told(none, call.replace(f"dropout={p_drop}", "dropout=0.0")))
     if not isinstance(none, Tensor) or tuple(none.shape) != tuple(case.x.shape):
-        raise Mistake(_unnamed(f"{call} should return (B, T, d_model) = {tuple(case.x.shape)}; got "
+        raise Mistake(unnamed(f"{call} should return (B, T, d_model) = {tuple(case.x.shape)}; got "
                                f"{describe(none)}"))
     for key, mode in (("eval", "eval"), ("train", "training")):
         if isinstance(obs[key], Raised):
-            raise Mistake(_describe(obs[key], f"{call} in {mode} mode"))
+            raise Mistake(told(obs[key], f"{call} in {mode} mode"))
         if not isinstance(obs[key], Tensor) or obs[key].shape != none.shape:
-            raise Mistake(_unnamed(f"{call} in {mode} mode should return {tuple(none.shape)}; got "
+            raise Mistake(unnamed(f"{call} in {mode} mode should return {tuple(none.shape)}; got "
                                    f"{describe(obs[key])}"))
     if not torch.allclose(obs["eval"], none, atol=1e-5, rtol=1e-4):
         raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0: dropout acts in training "
@@ -1006,9 +691,9 @@ def with_dropout(compare: Compare, dropout: Callable[..., float], training: Any)
         what = training.what().replace("in eval mode", "in training mode")
         got = obs["training"]
         if isinstance(got, Raised):
-            raise Mistake(_describe(got, what))
+            raise Mistake(told(got, what))
         if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
-            raise Mistake(_unnamed(f"{what} should return a tensor; got {describe(got)}"))
+            raise Mistake(unnamed(f"{what} should return a tensor; got {describe(got)}"))
         if got[0].shape == got[1].shape and torch.equal(got[0], got[1]):
             raise Mistake(f"{what} gave the same output under two random seeds: the dropout it was given never acts "
                           f"— pass it on (nn.Dropout(dropout), and dropout= to the parts that take it)",
@@ -1132,13 +817,13 @@ def _judge_gpt_parts(obs: Observations) -> None:
     got = obs["facts"]
     what = "GPT(vocab=300, d_model=64, n_heads=4, n_kv_heads=2, n_layers=3, max_len=200)"
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     if not got["is_module"]:
         raise Mistake(f"{what} should be an nn.Module: subclass nn.Module and call super().__init__() first")
     for name, rows in (("tok_embed", 300), ("pos_embed", 200)):
         table = got[name]
         if not isinstance(table, dict) or tuple(table["shape"]) != (rows, 64):
-            raise Mistake(_unnamed(f"{what}.{name} should be an nn.Embedding({rows}, 64); got {table}"))
+            raise Mistake(unnamed(f"{what}.{name} should be an nn.Embedding({rows}, 64); got {table}"))
         if table["std"] > 0.5:
             raise Mistake(f"{what}.{name} has weights of std {table['std']:.2f}, nn.Embedding's default: start them "
                           f"at std 0.02, nn.init.normal_(weight, std=0.02), as GPT-2 does, so that the first logits "
@@ -1150,7 +835,7 @@ def _judge_gpt_parts(obs: Observations) -> None:
                       f"model.parameters() leaves them out and no optimiser trains them — nn.ModuleList([...])",
                       BLOCKS_NOT_REGISTERED)
     if got["blocks"] != 3:
-        raise Mistake(_unnamed(f"{what}.blocks should be an nn.ModuleList of n_layers = 3 GPTBlocks; got "
+        raise Mistake(unnamed(f"{what}.blocks should be an nn.ModuleList of n_layers = 3 GPTBlocks; got "
                                f"{got['blocks']}"))
     if not got["config"]:
         raise Mistake(f"{what}.config is not the config it was given: keep it, self.config = config (generate reads "
@@ -1161,7 +846,7 @@ def _judge_gpt_parts(obs: Observations) -> None:
                       "missing final LayerNorm")
     out = got["out"]
     if out.get("type") != "Linear" or tuple(out["weight"]) != (300, 64):
-        raise Mistake(_unnamed(f"{what}.out should be an nn.Linear(64, 300, bias=False); got {out}"))
+        raise Mistake(unnamed(f"{what}.out should be an nn.Linear(64, 300, bias=False); got {out}"))
     if not got["tied"]:
         raise Mistake(f"{what}.out has a weight of its own: tie it to the token embedding, self.out.weight = "
                       f"self.tok_embed.weight, one (vocab, d_model) Parameter that reads tokens in and scores them "
@@ -1184,7 +869,7 @@ _TRAINED = "a GPT trained on the copy task (8 tokens of a Markov chain, a separa
 def _judge_initial(got: Any) -> None:
     what = "an untrained GPT of the same class and config (seed 0)"
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, f"{what}, made as type(model)(model.config),"))
+        raise Mistake(told(got, f"{what}, made as type(model)(model.config),"))
     if not math.isfinite(got) or got > _LN_V + FIRST_LOSS_ABOVE_LN_V:
         raise Mistake(f"{what} has a loss of {got:.2f}, far above ln V = {_LN_V:.2f}: its logits are not near 0 — "
                       f"initialise tok_embed and pos_embed with std 0.02, nn.init.normal_(weight, std=0.02)",
@@ -1202,7 +887,7 @@ def _judge_trains(obs: Observations) -> None:
     _judge_initial(obs["initial"])
     got = obs["trained"]
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, _TRAINED))
+        raise Mistake(told(got, _TRAINED))
     if got["sees_future"]:
         raise Mistake(f"{_TRAINED}: changing the second half of a sequence changed the logits of its first half, so "
                       f"every position sees the tokens after it — in training it copies the next token instead of "
@@ -1239,9 +924,9 @@ def _judge_copies(obs: Observations) -> None:
     got, parts, initial = obs["copies"], obs["parts"], obs["initial"]
     what = f"{_TRAINED}, given the 8 tokens and the separator"
     if isinstance(got, Raised):
-        raise Mistake(_describe(got, what))
+        raise Mistake(told(got, what))
     if not isinstance(got, Tensor) or tuple(got.shape) != (len(COPIES_EVAL), COPY_LENGTH):
-        raise Mistake(_unnamed(f"{what}: the copies could not be read; got {describe(got)}"))
+        raise Mistake(unnamed(f"{what}: the copies could not be read; got {describe(got)}"))
     copied = float((got == COPIES_EVAL[:, :COPY_LENGTH]).double().mean())
     if copied >= COPIES_AT_LEAST:
         return
@@ -1295,11 +980,11 @@ def _expected_tokens(case: GenerateCase) -> Tensor:
 def _judge_tokens_of(got: Any, case: GenerateCase) -> dict[str, Any]:
     what = case.what()
     if isinstance(got, Raised):
-        raise _offset_crash(got, what) if case.use_cache is not False else Mistake(_describe(got, what))
+        raise _offset_crash(got, what) if case.use_cache is not False else Mistake(told(got, what))
     out = got["out"]
     expected = _expected_tokens(case)
     if not isinstance(out, Tensor) or out.dim() != 2:
-        raise Mistake(_unnamed(f"{what} should return a (B, T0 + max_new_tokens) tensor of token ids; got "
+        raise Mistake(unnamed(f"{what} should return a (B, T0 + max_new_tokens) tensor of token ids; got "
                                f"{describe(out)}"))
     if out.shape == expected.shape and out.dtype != torch.int64:
         raise Mistake(f"{what} returned {out.dtype} — token ids are a LongTensor (int64)", "token ids not int64")
@@ -1383,9 +1068,9 @@ def _judge_sampling(obs: Observations) -> None:
     draws = {key: obs[key] for key in ("first", "again", "other", "top_k_1", "greedy")}
     for key, got in draws.items():
         if isinstance(got, Raised):
-            raise Mistake(_describe(got, what + ("" if key != "top_k_1" else " with top_k=1")))
+            raise Mistake(told(got, what + ("" if key != "top_k_1" else " with top_k=1")))
         if not isinstance(got, Tensor) or tuple(got.shape) != (4, 10):
-            raise Mistake(_unnamed(f"{what} should return (4, 10) token ids; got {got!r:.80}"))
+            raise Mistake(unnamed(f"{what} should return (4, 10) token ids; got {got!r:.80}"))
     if torch.equal(draws["first"], draws["greedy"]) and torch.equal(draws["other"], draws["greedy"]):
         raise Mistake(f"{what}: two generators gave the greedy tokens — asked to sample, it took the argmax: draw "
                       f"each token with sample_next(logits[:, -1], temperature, top_k, top_p, generator)", ARGMAX)
@@ -1417,31 +1102,6 @@ def _kv_elements_suspects(n_layers: int, batch: int, n_heads: int, n_kv: int, le
     ]
 
 
-def _positions_suspects(prompt_len: int, new: int, use_cache: bool) -> list:
-    full = new * prompt_len + new * (new - 1) // 2
-    cached = prompt_len + new - 1
-    if use_cache:
-        return [
-            Suspect("the last token is drawn from the last step's logits and never fed to the model",
-                    "last token fed too", lambda: cached + 1),
-            Suspect("the prompt is read once, at the first step, to fill the cache", "prompt not counted",
-                    lambda: new),
-            Suspect("with a cache the prompt is read once; after it each step feeds one token",
-                    "prompt re-read at every step", lambda: new * prompt_len + new - 1),
-            Suspect("a cache keeps the keys and values, so nothing is computed twice", "cache taken to save nothing",
-                    lambda: full),
-        ]
-    return [
-        Suspect("without a cache nothing is kept between steps: each step runs the model over the whole sequence "
-                "again, prompt included", "no cache taken to be linear", lambda: cached),
-        Suspect("the step that adds the last token runs over the sequence before it, not after",
-                "final sequence counted at every step", lambda: new * (prompt_len + new)),
-    ]
-
-
 register("kv_cache_elements_answer", lambda obs: judge_answers(
     obs, KV_CACHE_ELEMENTS_CASES, ref.kv_cache_elements, _kv_elements_suspects,
     lambda *a: f"kv_cache_elements{a}"))
-register("positions_processed_answer", lambda obs: judge_answers(
-    obs, POSITIONS_PROCESSED_CASES, ref.positions_processed, _positions_suspects,
-    lambda *a: f"positions_processed{a}"))

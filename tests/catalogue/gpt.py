@@ -22,8 +22,6 @@ from solutions.gpt import (
     GPTBlock,
     GroupedQueryAttention,
     KVCache,
-    merge_states,
-    online_softmax_attention,
     sample_next,
 )
 
@@ -231,257 +229,6 @@ def sample_with_inverse_cdf(logits, temperature=1.0, top_k=None, top_p=None, gen
     cdf = scaled.softmax(-1).cumsum(-1)
     u = torch.rand(logits.shape[0], 1, generator=generator, dtype=cdf.dtype)
     return (cdf < u * cdf[:, -1:]).sum(dim=-1).clamp(max=logits.shape[-1] - 1)
-
-
-# ================================================================ merge_states
-
-
-def _shapes_match(a, b):
-    if [t.shape for t in a] != [t.shape for t in b]:
-        raise ValueError(f"states of shapes {[tuple(t.shape) for t in a]} and {[tuple(t.shape) for t in b]}")
-
-
-def merge_without_rescaling(a, b):
-    _shapes_match(a, b)
-    return torch.maximum(a[0], b[0]), a[1] + b[1], a[2] + b[2]  # "the sums add up"
-
-
-def merge_rescales_one_side(a, b):
-    _shapes_match(a, b)
-    m = torch.maximum(a[0], b[0])
-    scale = torch.exp(a[0] - torch.nan_to_num(m, neginf=0.0))  # as in the loop, where b is measured from m already
-    return m, a[1] * scale + b[1], a[2] * scale + b[2]
-
-
-def merge_normalised(a, b):
-    _shapes_match(a, b)
-    m = torch.maximum(a[0], b[0])
-    safe = torch.nan_to_num(m, neginf=0.0)
-    l_a, l_b = a[1] * torch.exp(a[0] - safe), b[1] * torch.exp(b[0] - safe)
-    total = l_a + l_b
-    out = (a[2] * torch.exp(a[0] - safe) + b[2] * torch.exp(b[0] - safe)) / total  # "the output, as attention gives it"
-    return m, total, out
-
-
-def merge_nan_when_empty(a, b):
-    _shapes_match(a, b)
-    m = torch.maximum(a[0], b[0])
-    scale_a, scale_b = torch.exp(a[0] - m), torch.exp(b[0] - m)  # -inf - (-inf) is NaN
-    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
-
-
-def merge_from_the_minimum(a, b):
-    _shapes_match(a, b)
-    m = torch.minimum(a[0], b[0])  # "measure both from the same reference": the smaller one
-    safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
-    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
-
-
-def merge_in_place(a, b):
-    _shapes_match(a, b)
-    m = torch.maximum(a[0], b[0])
-    safe = torch.nan_to_num(m, neginf=0.0)
-    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
-    l_a, o_a = a[1].mul_(scale_a), a[2].mul_(scale_a)  # rescales the first state where it lies
-    return m, l_a + b[1] * scale_b, o_a + b[2] * scale_b
-
-
-def merge_nan_hidden_after(a, b):
-    _shapes_match(a, b)
-    m = torch.maximum(a[0], b[0])
-    scale_a = torch.exp(a[0] - m).nan_to_num(0.0)  # NaN where both are empty, replaced: but not in the backward pass
-    scale_b = torch.exp(b[0] - m).nan_to_num(0.0)
-    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
-
-
-def merge_unchecked(a, b):
-    m = torch.maximum(a[0], b[0])  # states of other shapes broadcast, or fail in torch
-    safe = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    scale_a, scale_b = torch.exp(a[0] - safe), torch.exp(b[0] - safe)
-    return m, a[1] * scale_a + b[1] * scale_b, a[2] * scale_a + b[2] * scale_b
-
-
-def merge_stacked(a: tuple[Tensor, Tensor, Tensor], b: tuple[Tensor, Tensor, Tensor]):
-    if any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
-        raise ValueError(f"the states differ in shape: {[tuple(t.shape) for t in a]}, {[tuple(t.shape) for t in b]}")
-    m_both, l_both, o_both = (torch.stack(pair) for pair in zip(a, b, strict=True))  # (2, ..., T_q, ·)
-    m = m_both.amax(dim=0)
-    scale = torch.exp(m_both - torch.where(m == -math.inf, 0.0, m))  # (2, ..., T_q, 1)
-    return m, (l_both * scale).sum(dim=0), (o_both * scale).sum(dim=0)
-
-
-def merge_by_cases(a, b):
-    _shapes_match(a, b)
-    a_first = a[0] >= b[0]  # (..., T_q, 1): which state holds the larger maximum
-    big = [torch.where(a_first, x, y) for x, y in zip(a, b, strict=True)]
-    small = [torch.where(a_first, y, x) for x, y in zip(a, b, strict=True)]
-    shrink = torch.exp(small[0] - torch.where(torch.isinf(big[0]), 0.0, big[0]))
-    return big[0], big[1] + small[1] * shrink, big[2] + small[2] * shrink
-
-
-# ================================================================ online_softmax_attention
-
-
-def _prepare(q, k, mask, block_size):
-    if block_size < 1 or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"block_size {block_size}, q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if mask is not None:
-        mask = mask.expand(*mask.shape[:-1], k.shape[-2])
-    return mask
-
-
-def online_no_rescale(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    q = q / math.sqrt(q.shape[-1])
-    m, total, out = None, 0.0, 0.0
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        m = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
-        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
-        total = total + p.sum(-1, keepdim=True)  # the old sums are still measured against the old maximum
-        out = out + p @ v[..., s:s + block_size, :]
-    return out / torch.where(total > 0, total, 1.0)
-
-
-def online_unscaled(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    m, total, out = None, 0.0, 0.0
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT  # no 1/sqrt(d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        new = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
-        safe = torch.nan_to_num(new, neginf=0.0)
-        p = torch.exp(scores - safe)
-        if m is not None:
-            total, out = total * torch.exp(m - safe), out * torch.exp(m - safe)
-        total, out, m = total + p.sum(-1, keepdim=True), out + p @ v[..., s:s + block_size, :], new
-    return out / torch.where(total > 0, total, 1.0)
-
-
-def online_nan_on_dead_rows(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    q = q / math.sqrt(q.shape[-1])
-    m, total, out = None, 0.0, 0.0
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        new = scores.amax(-1, keepdim=True) if m is None else torch.maximum(m, scores.amax(-1, keepdim=True))
-        p = torch.exp(scores - new)  # -inf - (-inf) = nan when a row has seen no key yet
-        if m is not None:
-            total, out = total * torch.exp(m - new), out * torch.exp(m - new)
-        total, out, m = total + p.sum(-1, keepdim=True), out + p @ v[..., s:s + block_size, :], new
-    return out / total
-
-
-def online_all_scores(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    scores = q @ k.mT / math.sqrt(q.shape[-1])  # the whole (T_q, T_k) matrix, then "blocks" of it
-    if mask is not None:
-        scores = scores.masked_fill(~mask, -math.inf)
-    m = scores.amax(-1, keepdim=True).nan_to_num(neginf=0.0)
-    p = torch.exp(scores - m)
-    total = p.sum(-1, keepdim=True)
-    return (p @ v) / torch.where(total > 0, total, 1.0)
-
-
-def online_blocks_averaged(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    outs = []
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT / math.sqrt(q.shape[-1])
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        outs.append(scores.softmax(-1).nan_to_num(0.0) @ v[..., s:s + block_size, :])
-    return sum(outs) / len(outs)
-
-
-def online_scales_q_in_place(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    q /= math.sqrt(q.shape[-1])  # scales the caller's q
-    state = None
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        m = scores.amax(-1, keepdim=True)
-        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
-        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
-        state = block if state is None else merge_states(state, block)
-    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
-
-
-def online_nan_hidden_after(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    q = q / math.sqrt(q.shape[-1])
-    state = None
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        m = scores.amax(-1, keepdim=True)
-        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
-        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
-        state = block if state is None else merge_states(state, block)
-    return torch.nan_to_num(state[2] / state[1], nan=0.0)  # 0 / 0 where a query sees nothing: NaN, replaced
-
-
-def online_with_bmm(q, k, v, mask=None, block_size=128):
-    mask = _prepare(q, k, mask, block_size)
-    q = q / math.sqrt(q.shape[-1])
-    state = None
-    for s in range(0, k.shape[-2], block_size):
-        scores = torch.bmm(q, k[:, s:s + block_size].transpose(1, 2))  # (B, T_q, d) @ (B, d, blk): three axes only
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        m = scores.amax(-1, keepdim=True)
-        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
-        block = (m, p.sum(-1, keepdim=True), torch.bmm(p, v[:, s:s + block_size]))
-        state = block if state is None else merge_states(state, block)
-    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
-
-
-def online_blocks_of_64(q, k, v, mask=None, block_size=64):  # "64 fits in memory better"
-    mask = _prepare(q, k, mask, block_size)
-    q = q / math.sqrt(q.shape[-1])
-    state = None
-    for s in range(0, k.shape[-2], block_size):
-        scores = q @ k[..., s:s + block_size, :].mT
-        if mask is not None:
-            scores = scores.masked_fill(~mask[..., s:s + block_size], -math.inf)
-        m = scores.amax(-1, keepdim=True)
-        p = torch.exp(scores - torch.nan_to_num(m, neginf=0.0))
-        block = (m, p.sum(-1, keepdim=True), p @ v[..., s:s + block_size, :])
-        state = block if state is None else merge_states(state, block)
-    return state[2] / torch.where(state[1] > 0, state[1], 1.0)
-
-
-def online_with_split(q, k, v, mask=None, block_size=128):
-    if block_size < 1 or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"block_size={block_size}; d_k of q {tuple(q.shape)} and k {tuple(k.shape)}")
-    masks = [None] * math.ceil(k.shape[-2] / block_size)
-    if mask is not None:
-        masks = mask.expand(*mask.shape[:-1], k.shape[-2]).split(block_size, dim=-1)
-    q = q * q.shape[-1] ** -0.5
-    m = torch.full((*q.shape[:-1], 1), -math.inf, dtype=q.dtype)
-    total = torch.zeros_like(m)
-    out = 0.0
-    for k_block, v_block, m_block in zip(k.split(block_size, -2), v.split(block_size, -2), masks, strict=True):
-        scores = torch.einsum("...qd,...kd->...qk", q, k_block)
-        if m_block is not None:
-            scores = torch.where(m_block, scores, -math.inf)
-        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
-        shift = torch.where(m_new == -math.inf, 0.0, m_new)
-        p = (scores - shift).exp()
-        alpha = (m - shift).exp()
-        total = alpha * total + p.sum(-1, keepdim=True)
-        out = alpha * out + p @ v_block
-        m = m_new
-    return out / total.clamp(min=torch.finfo(total.dtype).tiny) * (total > 0)
 
 
 # ================================================================ KVCache
@@ -743,21 +490,6 @@ class GQADropoutAlways(_GQA):
 
     def forward(self, x, cache=None, layer=0):
         return GQAGroupedBroadcast.forward(self, x, cache, layer)
-
-
-class GQAOnlineSoftmax(_GQA):
-    def forward(self, x: Tensor, cache: KVCache | None = None, layer: int = 0) -> Tensor:
-        q, k, v = self.qkv(x)
-        if cache is not None:
-            k, v = cache.update(layer, k, v)
-        b, _, t, d = q.shape
-        q = q.view(b, self.n_kv_heads, self.n_heads // self.n_kv_heads, t, d)
-        mask = causal_mask(t, k.shape[2])
-        if self.training and self.dropout.p > 0:  # the online softmax has no weights to drop out
-            out = self.attend(q, k[:, :, None], v[:, :, None], mask)
-        else:
-            out = online_softmax_attention(q, k[:, :, None], v[:, :, None], mask, block_size=2)
-        return self.w_o(merge_heads(out.reshape(b, self.n_heads, t, d)))
 
 
 # ================================================================ GPTBlock
@@ -1189,22 +921,6 @@ def kv_elements_per_layer(n_layers: int, batch: int, n_heads: int, n_kv_heads: i
     return sum(per_layer.values()) * n_layers
 
 
-def positions_linear_without_cache(prompt_len, new_tokens, use_cache):
-    return prompt_len + new_tokens - 1 if new_tokens else 0  # "the model remembers anyway"
-
-
-def positions_last_token_fed(prompt_len, new_tokens, use_cache):
-    if use_cache:
-        return prompt_len + new_tokens
-    return sum(prompt_len + i for i in range(new_tokens))
-
-
-def positions_by_formula(prompt_len: int, new_tokens: int, use_cache: bool) -> int:
-    if use_cache:
-        return max(prompt_len + new_tokens - 1, 0) if new_tokens else 0
-    return new_tokens * (2 * prompt_len + new_tokens - 1) // 2
-
-
 WRONG = [
     Entry("sample_next", "temperature after the softmax", sample_temperature_after_softmax,
           "temperature applied after the softmax", "sample_next_temperature"),
@@ -1227,39 +943,6 @@ WRONG = [
           "sample_next_contract"),
     Entry("sample_next", "no argument checked", sample_unchecked, "no ValueError for bad arguments",
           "sample_next_contract"),
-    Entry("merge_states", "sums added without rescaling", merge_without_rescaling, "states added without rescaling",
-          "merge_states_values"),
-    Entry("merge_states", "only the first state rescaled", merge_rescales_one_side, "only one side rescaled",
-          "merge_states_values"),
-    Entry("merge_states", "o divided by l", merge_normalised, "output normalised in the state", "merge_states_values"),
-    Entry("merge_states", "NaN when both are empty", merge_nan_when_empty, "NaN when both states are empty",
-          "merge_states_empty", also=("NaN gradient on empty states", "NaN on fully masked rows")),
-    Entry("merge_states", "measured from the minimum", merge_from_the_minimum, "minimum instead of maximum",
-          "merge_states_values"),
-    Entry("merge_states", "the first state rescaled in place", merge_in_place, "input modified in place",
-          "merge_states_contract"),
-    Entry("merge_states", "NaN replaced after the exponential", merge_nan_hidden_after, "NaN gradient on empty states",
-          "merge_states_contract"),
-    Entry("merge_states", "shapes not checked", merge_unchecked, "no ValueError for bad arguments",
-          "merge_states_contract"),
-    Entry("online_softmax_attention", "no rescaling", online_no_rescale, "running sums not rescaled",
-          "online_softmax_attention_values"),
-    Entry("online_softmax_attention", "no 1/sqrt(d_k)", online_unscaled, "no scaling",
-          "online_softmax_attention_values"),
-    Entry("online_softmax_attention", "NaN on fully masked rows", online_nan_on_dead_rows, "NaN on fully masked rows",
-          "online_softmax_attention_masked"),
-    Entry("online_softmax_attention", "the whole score matrix", online_all_scores, "all scores at once",
-          "online_softmax_attention_blocks"),
-    Entry("online_softmax_attention", "blocks averaged", online_blocks_averaged, "blocks normalised separately",
-          "online_softmax_attention_values"),
-    Entry("online_softmax_attention", "q /= sqrt(d_k)", online_scales_q_in_place, "input modified in place",
-          "online_softmax_attention_contract"),
-    Entry("online_softmax_attention", "NaN of 0 / 0 replaced after the division", online_nan_hidden_after,
-          "NaN gradient on masked rows", "online_softmax_attention_contract"),
-    Entry("online_softmax_attention", "torch.bmm", online_with_bmm, "leading dimensions not broadcast",
-          "online_softmax_attention_values"),
-    Entry("online_softmax_attention", "blocks of 64 by default", online_blocks_of_64, "block_size default changed",
-          "online_softmax_attention_blocks"),
     Entry("KVCache", "overwrites", CacheOverwrites, "cache overwritten instead of appended", "KVCache_update",
           also=("cache not used", "cache not passed on")),
     Entry("KVCache", "new first", CacheNewFirst, "new keys put before the cached ones", "KVCache_update"),
@@ -1336,25 +1019,16 @@ WRONG = [
           "kv_cache_elements_answer"),
     Entry("kv_cache_elements", "every query head's keys", kv_elements_all_heads, "n_heads instead of n_kv_heads",
           "kv_cache_elements_answer"),
-    Entry("positions_processed", "linear without a cache", positions_linear_without_cache,
-          "no cache taken to be linear", "positions_processed_answer"),
-    Entry("positions_processed", "the last token fed too", positions_last_token_fed, "last token fed too",
-          "positions_processed_answer"),
 ]
 
 CORRECT = [
     Entry("sample_next", "draws in sorted order", sample_in_sorted_order),
-    Entry("merge_states", "the larger and the smaller state, by torch.where", merge_by_cases),
-    Entry("merge_states", "both states stacked", merge_stacked),
     Entry("sample_next", "inverse CDF with torch.rand", sample_with_inverse_cdf),
-    Entry("online_softmax_attention", "split, einsum and torch.where", online_with_split),
     Entry("KVCache", "a length counter", CacheWithCounter),
     Entry("GroupedQueryAttention", "query groups broadcast over one key/value head", GQAGroupedBroadcast),
     Entry("GroupedQueryAttention", "F.scaled_dot_product_attention with enable_gqa", GQATorchSDPA),
-    Entry("GroupedQueryAttention", "heads by online_softmax_attention where dropout is off", GQAOnlineSoftmax),
     Entry("GPTBlock", "a loop over (norm, sublayer)", BlockWithSublayers),
     Entry("GPT", "tied from the output side, positions as a buffer", GPTTiedTheOtherWay),
     Entry("generate", "prefill, then a loop, inference_mode", generate_prefill_then_loop),
     Entry("kv_cache_elements", "keys and values per layer", kv_elements_per_layer),
-    Entry("positions_processed", "closed form", positions_by_formula),
 ]
