@@ -27,7 +27,7 @@ REQUIRED_TERMS: dict[str, tuple[int, ...]] = {
     "MFU": (6,),
     "bfloat16": (6,),
     "fused kernel": (6,),
-    "FlashAttention": (7,),
+    "FlashAttention": (9,),
     "label smoothing": (6,),
     "warm-up": (6,),
     "learning-rate schedule": (6,),
@@ -35,7 +35,7 @@ REQUIRED_TERMS: dict[str, tuple[int, ...]] = {
     "top-k sampling": (7,),
     "nucleus sampling": (7,),
     "top-p sampling": (7,),
-    "online softmax": (7,),
+    "online softmax": (9,),
     "grouped-query attention": (7,),
     "multi-query attention": (7,),
     "weight tying": (7,),
@@ -279,7 +279,7 @@ def test_the_instructor_check_reports_a_missing_assignment() -> None:
 def test_the_intro_check_reports_a_chapter_left_out_of_the_diagram_and_the_table() -> None:
     c = _last()
     lines = _read("intro.md").splitlines()
-    text = "\n".join(line.replace(f" ──► {c.number} ", " ──► ") if "──►" in line else line
+    text = "\n".join(line.replace(f"─► {c.number} ", "─► ") if "─►" in line else line
                      for line in lines if not line.startswith(f"| {c.number} "))
     problems = intro_problems(text)
     assert problems[0].startswith(f"intro.md: the dependency diagram does not show \"{c.number} ")
