@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 from book_site import toc_files
 
@@ -99,3 +100,23 @@ def test_every_misconception_call_out_renders_as_one(built_html) -> None:
         rendered = len(re.findall(title, html))
         assert written >= 1, f"{page} names no misconception"
         assert rendered == written, f"{page}: {written} misconception call-outs written, {rendered} rendered"
+
+
+def test_a_build_that_runs_too_long_names_the_notebook_it_was_executing(tmp_path, monkeypatch) -> None:
+    """The suite builds the book under a timeout: past it, the failure names the page the build was on."""
+    import book_site
+
+    log = ("reading sources... [ 40%] book/06_transformer\n"
+           "/repo/book/06_transformer.ipynb: Executing notebook using local CWD [mystnb]\n"
+           "reading sources... [ 45%] book/07_gpt\n"
+           "/repo/book/07_gpt.ipynb: Executing notebook using local CWD [mystnb]\n")
+    assert book_site.last_page(log) == "/repo/book/07_gpt.ipynb"
+    assert book_site.last_page(log.rsplit("/repo", 1)[0]) == "book/07_gpt"
+    assert book_site.last_page("") is None
+    fake = tmp_path / "jupyter-book"  # prints as a build does, then hangs
+    fake.write_text("#!/bin/sh\necho 'reading sources... [ 10%] book/01_self_attention'\n"
+                    "echo '/r/book/01_self_attention.ipynb: Executing notebook using local CWD [mystnb]'\nsleep 30\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(book_site.sys, "executable", str(tmp_path / "python"))
+    with pytest.raises(AssertionError, match=r"ran past 2 s while on /r/book/01_self_attention\.ipynb"):
+        book_site.build_book(tmp_path / "out", timeout=2)
