@@ -1,6 +1,7 @@
-"""Chapter 7's speed-ups, measured: the KV cache, the online softmax, grouped-query attention.
+"""Generation's speed-ups, measured: Chapter 7's KV cache and grouped-query attention, Chapter 9's online softmax.
 
-Three tables from the course's reference ``solutions/gpt.py`` (a course-side script, like ``reference.py``), and
+Three tables from the course's reference ``solutions/gpt.py`` and ``solutions/flash_attention.py`` (a course-side
+script, like ``reference.py``), and
 a fourth of published configurations:
 
 1. **Generation with and without the KV cache.** A freshly initialised small GPT (``--d-model`` 128, 4 heads,
