@@ -203,10 +203,11 @@ def test_correct_alternative_keeps_full_marks(classes, case) -> None:
 
 
 def _sample(assignment: str) -> list[str]:
-    """The students whose notebooks also go through stock nbgrader: the instructor, the untouched release,
-    three wrong answers spread over the catalogue and a correct one."""
-    wrong = len(CATALOGUES[assignment].WRONG)
-    return [INSTRUCTOR, UNTOUCHED, *(f"wrong-{i:03d}" for i in sorted({0, wrong // 2, wrong - 1})), "correct-000"]
+    """The students whose notebooks also go through stock nbgrader: the instructor (every cell passes) and a wrong
+    answer from the middle of the catalogue (some cells pass, some fail with a message). The untouched release is
+    left out: `nbgrader validate --invert` finds no passing test in it (test_assignments.py), and the class grader
+    gives it zero (above). Each notebook here costs a kernel of its own: more of them proved nothing new."""
+    return [INSTRUCTOR, f"wrong-{len(CATALOGUES[assignment].WRONG) // 2:03d}"]
 
 
 @pytest.mark.parametrize("assignment", sorted(CATALOGUES))
@@ -218,7 +219,8 @@ def test_nbgrader_in_kernel_and_the_class_grader_agree_cell_by_cell(classes, ass
     assert stock.total(INSTRUCTOR)[0] == stock.total(INSTRUCTOR)[1], "nbgrader: the instructor lost points"
     for cell in graded_cells(stock.notebooks[INSTRUCTOR]):
         assert not cell.outputs, f"passing test cell {nbgrader_meta(cell)['grade_id']} printed {cell.outputs}"
-    assert stock.total(UNTOUCHED)[0] == 0, "nbgrader: the untouched release scored points"
+    wrong = sample.keys() - {INSTRUCTOR}
+    assert all(0 < stock.total(s)[0] < stock.total(s)[1] for s in wrong), {s: stock.total(s) for s in wrong}
     for student in sample:
         ours = {gid: c["points"] for gid, c in graded.cells(student).items()}
         theirs = {gid: score for gid, (score, _) in stock.scores[student].items()}
