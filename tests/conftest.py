@@ -38,19 +38,19 @@ BOOK_FILES = {"test_book.py", "test_browser.py", "test_release.py"}
 
 
 #: Seconds each long group of tests took in a whole run on two workers (2 cores, ``--durations=0``, summed per
-#: group): the groups are handed out longest first (``--no-loadscope-reorder`` keeps this order), so that the
-#: book's build and audit, one worker's work for 16 minutes, does not start last. Left to pytest-xdist, groups go
-#: out by their number of tests, and the book's build began 20 minutes into that run (the whole run took about
-#: as long either way: the two cores are busy throughout). Groups not listed follow, in the order of
-#: collection; a figure that goes stale costs time, never a test.
+#: group; the catalogue groups less the stock-nbgrader samples they no longer grade): the groups are handed out
+#: longest first (``--no-loadscope-reorder`` keeps this order), so that the book's build and audit, one worker's work
+#: for half an hour, does not start last. Left to pytest-xdist, groups go out by their number of tests, and the
+#: book's build began 20 minutes into that run (the whole run took about as long either way: the two cores are busy
+#: throughout). Groups not listed follow, in the order of collection; a figure that goes stale costs time, never a
+#: test.
 GROUP_SECONDS = {
-    "book": 974, "catalogue-07_gpt": 340, "catalogue-09_flash_attention": 400, "catalogue-02_causal_masking": 291,
-    "catalogue-06_transformer": 288,
-    "test_assignments.py": 273, "catalogue-05_positional_encoding": 251, "catalogue-04_multi_head": 218,
-    "test_grading.py": 203, "catalogue-03_cross_attention": 133, "catalogue-01_self_attention": 133,
-    "test_batch.py": 130, "catalogue-08_trained_attention": 128, "test_helper_package.py": 103,
-    "test_parity.py": 79, "test_probe_fuzz.py": 68, "learner-bundle": 63, "test_workers.py": 56,
-    "test_install_places.py": 54,
+    "book": 1762, "catalogue-09_flash_attention": 380, "test_assignments.py": 278, "catalogue-06_transformer": 260,
+    "test_grading.py": 250, "test_helper_package.py": 227, "catalogue-04_multi_head": 200, "catalogue-07_gpt": 190,
+    "test_batch.py": 150, "catalogue-05_positional_encoding": 130, "test_scaffold.py": 108, "learner-bundle": 96,
+    "catalogue-02_causal_masking": 90, "catalogue-01_self_attention": 85, "catalogue-08_trained_attention": 80,
+    "catalogue-03_cross_attention": 75, "test_parity.py": 75, "test_workers.py": 65,
+    "test_install_places.py": 54, "test_probe_fuzz.py": 27,
 }
 
 

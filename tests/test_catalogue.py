@@ -206,7 +206,8 @@ def _sample(assignment: str) -> list[str]:
     """The students whose notebooks also go through stock nbgrader: the instructor (every cell passes) and a wrong
     answer from the middle of the catalogue (some cells pass, some fail with a message). The untouched release is
     left out: `nbgrader validate --invert` finds no passing test in it (test_assignments.py), and the class grader
-    gives it zero (above). Each notebook here costs a kernel of its own: more of them proved nothing new."""
+    gives it zero (above). Each notebook here costs a kernel of its own: six a chapter (three more wrong answers and
+    a correct one) took 730 s of a whole run on two cores; these two keep both outcomes of a cell on both paths."""
     return [INSTRUCTOR, f"wrong-{len(CATALOGUES[assignment].WRONG) // 2:03d}"]
 
 
