@@ -252,6 +252,15 @@ def _native_stderr_silenced():
         os.close(devnull)
 
 
+def where_measured(device: torch.device, load: bool = True) -> str:
+    """The line a benchmark prints first: torch's version and the device (the GPU's name, or the CPU's threads of
+    its cores), and with ``load`` the load average, which says how shared the machine was."""
+    line = f"torch {torch.__version__}, {device}" + (
+        f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
+        else f", {torch.get_num_threads()} thread(s) of {os.cpu_count()} cores")
+    return line + (f", load average {os.getloadavg()[0]:.1f}" if load and hasattr(os, "getloadavg") else "")
+
+
 def full_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Causal attention written out: the ``(T, T)`` scores and weights of every head exist at once."""
     return manual_attention(q, k, v, True)
@@ -477,9 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device")
         return 1
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda"
-             else f", {torch.get_num_threads()} thread(s) of {os.cpu_count()} cores"), flush=True)
+    print(where_measured(device, load=False), flush=True)
 
     prompt_len = 16
     sizes = LMSizes(vocab=96, context=prompt_len + max(new_tokens), d_model=args.d_model, n_heads=args.heads,

@@ -55,7 +55,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from attention_course.benchmark_generation import (  # noqa: E402
     full_attention,
     memory_table,
     sdpa_attention,
+    where_measured,
 )
 from attention_course.benchmark_kernels import (  # noqa: E402
     SpeedRow,
@@ -259,10 +259,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Results | None]:
         print("Triton compiles for the GPU here: run with --device cuda, or set TRITON_INTERPRET=1")
         return 1, None
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
-             f", {torch.get_num_threads()} thread(s) of {os.cpu_count()} cores")
-          + (f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""), flush=True)
+    print(where_measured(device), flush=True)
 
     print(f"\n1. Forward and backward of causal attention over (1, {args.heads}, T, 64) float32: peak memory above "
           f"the inputs; error: the largest difference from the float64 reference (blocks of {args.block} keys)",

@@ -53,7 +53,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -71,6 +70,7 @@ from attention_course.benchmark_generation import (  # noqa: E402
     models_table,
     sdpa_attention,
     speed_table,
+    where_measured,
 )
 from solutions.flash_attention import online_softmax_attention  # noqa: E402
 from solutions.gpt import GPT, GPTConfig, KVCache, generate  # noqa: E402
@@ -170,10 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device")
         return 1
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {device}"
-          + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else
-             f", {torch.get_num_threads()} thread(s) of {os.cpu_count()} cores")
-          + (f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""), flush=True)
+    print(where_measured(device), flush=True)
 
     print(f"\n1. Generation, GPT d_model={args.d_model}, {args.heads} heads, {args.layers} layers, vocab {args.vocab}, "
           f"B={args.batch}, 16-token prompt, {'fused' if args.fused else 'readable'} attention, fp32", flush=True)
