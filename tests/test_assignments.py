@@ -3,6 +3,8 @@ and the notebooks follow the conventions learners rely on."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import importlib
 import inspect
 import json
@@ -207,6 +209,57 @@ def test_notebook_conventions(assignment) -> None:
     repeated = sorted({i for i in ids if ids.count(i) > 1}, key=str)
     assert not repeated, (f"{where}: cell ids {repeated} are used more than once (a copied cell keeps its id): give "
                           "each copy a new id, e.g. nbformat.v4.new_code_cell(...).id")
+
+
+def _bound(tree: ast.AST) -> set[str]:
+    """Every name ``tree`` binds anywhere: assigned, defined, imported or taken as an argument."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+    return found
+
+
+def _defined_at_top(source: str) -> set[str]:
+    tree = ast.parse(source)
+    return {name for node in tree.body for name in _bound(ast.Module(body=[node], type_ignores=[]))
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            or name == node.name}
+
+
+@pytest.mark.parametrize("assignment", ALL)
+def test_no_test_cell_needs_what_an_earlier_one_defines_after_its_hidden_checks(assignment) -> None:
+    """Stock nbgrader judges a hidden check in the kernel: a failing one stops its cell, and what the cell defines
+    after it is never defined. The class grader judges outside the sandbox, and the cell goes on. A later test cell
+    that uses such a name would then fail with a NameError on one path and pass on the other (Chapter 6's
+    smoothing_suspects did): so a name a later cell needs is defined before the hidden region."""
+    where = _where(assignment)
+    nb = nbformat.read(source_notebook(assignment), 4)
+    late: dict[str, str] = {}  # name -> grade_id of the test cell that defines it after its hidden checks
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        meta = nbgrader_meta(cell)
+        tree = ast.parse(cell.source)
+        if meta.get("grade"):
+            needed = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            needed -= _bound(tree) | set(dir(builtins))
+            wrong = {name: late[name] for name in needed if name in late}
+            assert not wrong, (f"{where}: test cell {meta['grade_id']!r} uses " + "; ".join(
+                f"{name}, which {gid} defines after its hidden checks" for name, gid in sorted(wrong.items()))
+                + ": define it before `### BEGIN HIDDEN TESTS` in that cell")
+        if meta.get("grade") and "### END HIDDEN TESTS" in cell.source:
+            before, after = cell.source.split("### END HIDDEN TESTS", 1)
+            for name in _defined_at_top(before):
+                late.pop(name, None)
+            late.update(dict.fromkeys(_defined_at_top(after), meta["grade_id"]))
+        else:
+            for name in _defined_at_top(cell.source):
+                late.pop(name, None)
 
 
 @pytest.mark.parametrize("assignment", ALL)
