@@ -18,6 +18,7 @@ import importlib
 import json
 import subprocess
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,9 @@ class Learner:
     entry: Any = None  # the catalogue Entry, for wrong and correct answers
 
 
-def catalogue_class(assignment: str, folder: Path) -> dict[str, Learner]:
-    """Write the class of ``assignment``'s catalogue into ``folder``: {student_id: Learner}."""
+def catalogue_class(assignment: str, folder: Path, only: Collection[str] | None = None) -> dict[str, Learner]:
+    """Write the class of ``assignment``'s catalogue into ``folder``: {student_id: Learner}; with ``only``, just
+    those students (ids ``instructor``, ``untouched``, ``wrong-007``, ``correct-000``)."""
     module = catalogue_module(assignment)
     code = catalogue_code(assignment)
     names = _impl_names(assignment)
@@ -84,6 +86,9 @@ def catalogue_class(assignment: str, folder: Path) -> dict[str, Learner]:
     learners = {INSTRUCTOR: Learner(INSTRUCTOR, INSTRUCTOR), UNTOUCHED: Learner(UNTOUCHED, UNTOUCHED)}
 
     def write(student: str, nb: Any) -> None:
+        if only is not None and student not in only:
+            learners.pop(student, None)
+            return
         (folder / student).mkdir(parents=True)
         nbformat.write(nb, folder / student / notebook)
 
@@ -95,10 +100,14 @@ def catalogue_class(assignment: str, folder: Path) -> dict[str, Learner]:
         for index, (entry, impl) in enumerate(zip(entries, impls, strict=True)):
             assert getattr(entry.impl, "__name__", impl) == impl, f"{entry.label}: implementation {impl} not found"
             student = f"{kind}-{index:03d}"
+            if only is not None and student not in only:
+                continue
             nb = nbformat.read(source_notebook(assignment), 4)
             replace_solution(nb, entry.target, f"{code}\n\n{entry.target} = {impl}\n")
             write(student, nb)
             learners[student] = Learner(student, kind, entry)
+    unknown = set(only or ()) - set(learners)
+    assert not unknown, f"{assignment}'s catalogue has no students {sorted(unknown)}"
     return learners
 
 

@@ -114,23 +114,39 @@ class CellResult:
         return self.points == self.max_points
 
 
+class _Module:
+    """A stand-in module whose globals are a namespace of ``grade_in_process``."""
+
+    def __init__(self, namespace: dict[str, Any]) -> None:
+        self.__dict__ = namespace
+
+
 def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
                      visible_only: bool = False, exercise: str | None = None, cells: tuple[str, ...] | None = None,
-                     namespace: dict[str, Any] | None = None) -> dict[str, CellResult]:
+                     namespace: dict[str, Any] | None = None, as_notebook: bool = False) -> dict[str, CellResult]:
     """Grade the reference implementations, with ``overrides`` swapped in, through the notebook's test cells.
 
     With ``visible_only`` the test cells are the release's, as a learner runs them: the visible checks alone,
     without the hidden ones; with ``exercise``, only that exercise's test cells; with ``cells``, only the test
     cells of those grade ids. A cell scores its points when it raises nothing and writes nothing to stderr
     (nbgrader's rule: a warning in a test cell is a failure). The cells run in ``namespace`` when one is given
-    (empty), so that the caller can read what they made.
+    (empty), so that the caller can read what they made. With ``as_notebook`` the exercises are the source
+    notebook's answers, its solution cells run in the namespace as a kernel runs them, not the reference package's
+    objects: an exercise built on an overridden one then calls the override, as in a learner's notebook.
     """
+    assert not (as_notebook and visible_only), "the release's answer cells are stubs"
     nb = nbformat.read(release_notebook(assignment) if visible_only else source_notebook(assignment), 4)
     namespace = {} if namespace is None else namespace
     namespace["__name__"] = "__graded__"
+    # the cells' module, as a kernel's __main__ is one: a dataclass the cells define looks its module up there
+    sys.modules["__graded__"] = _Module(namespace)
     setup = [c for c in nb.cells if nbgrader_meta(c).get("grade_id") == "setup"]
     exec(compile(setup[0].source, "<setup>", "exec"), namespace)  # noqa: S102
-    namespace.update(reference_objects(assignment))
+    if as_notebook:
+        for cell in solution_cells(nb):
+            exec(compile(cell.source, f"<{nbgrader_meta(cell)['grade_id']}>", "exec"), namespace)  # noqa: S102
+    else:
+        namespace.update(reference_objects(assignment))
     namespace.update(overrides or {})
     results = {}
     tests = graded_cells(nb)

@@ -1,14 +1,24 @@
-"""Tests that teach, through the class grader: every wrong answer in the catalogues loses points with a
-message that names its mistake, every correct alternative keeps full marks, the instructor's answers get
-full marks and the untouched release zero, for every chapter.
+"""Tests that teach: every wrong answer in the catalogues loses points with a message that names its mistake,
+every correct alternative keeps full marks, the instructor's answers get full marks and the untouched release
+zero, for every chapter.
 
-Each chapter's catalogue is graded as one class by ``python -m autograder grade`` with the sandbox on, the
-path instructors use (see ``class_grading``). A sample of each class also goes through stock
-``nbgrader autograde``, whose kernel judges in place: both paths must give the same points, cell by cell.
+Every entry is judged by the hidden checks and visible asserts of its exercise's test cells, and of the
+exercises built on it, run in-process on the notebook's answers with the entry in place of its exercise's
+(``_judged``): nbgrader's in-kernel path, where a check's probe and its judge run in one process. A sample of
+each chapter's catalogue (``class_sample``: the instructor, the untouched release, a correct alternative and the
+first wrong answer of each exercise) is graded as one class by ``python -m autograder grade`` with the sandbox
+on, the path instructors use (see ``class_grading``): it must give the sample the in-process verdicts, cell by
+cell, and full marks on every cell of the exercises the answer does not touch. Two of the sample also go
+through stock ``nbgrader autograde``: both graders must give the same points, cell by cell.
+
+(Every entry through the class grader took 1,025 s of a whole run on two cores, a kernel per entry running all
+of its chapter's checks; in-process, the entries' own cells take about 230 s, and the samples about a tenth of
+the class.)
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shutil
 
@@ -17,6 +27,7 @@ import pytest
 from class_grading import INSTRUCTOR, UNTOUCHED, Graded, catalogue_class, dependents, grade_class
 from notebook_grading import (
     ASSIGNMENTS,
+    CellResult,
     autograde,
     exercise_names,
     exercise_of,
@@ -50,17 +61,30 @@ def _id(case: tuple) -> str:
     return f"{case[0]}/{case[2].target}: {case[2].label}"
 
 
+def class_sample(assignment: str) -> list[str]:
+    """The students of ``assignment``'s catalogue that the class grader grades: the instructor, the untouched
+    release, the first correct alternative, the first wrong answer of each exercise and the one in the middle of
+    the list (stock nbgrader's sample, below)."""
+    wrong = CATALOGUES[assignment].WRONG
+    first = {}
+    for index, entry in enumerate(wrong):
+        first.setdefault(entry.target, index)
+    picked = sorted({*first.values(), len(wrong) // 2})
+    return [INSTRUCTOR, UNTOUCHED, "correct-000", *(f"wrong-{i:03d}" for i in picked)]
+
+
 _CLASSES: dict[str, tuple] = {}
 
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory):
-    """assignment -> (Graded, {student: Learner}, folder): each chapter graded once, when first asked for."""
+    """assignment -> (Graded, {student: Learner}, folder): each chapter's sample graded once, when first asked
+    for."""
 
     def get(assignment: str) -> tuple[Graded, dict, object]:
         if assignment not in _CLASSES:
             root = tmp_path_factory.mktemp(f"class-{assignment}")
-            learners = catalogue_class(assignment, root / "submissions")
+            learners = catalogue_class(assignment, root / "submissions", only=class_sample(assignment))
             graded = grade_class(assignment, root / "submissions", root / "out")
             _CLASSES[assignment] = (graded, learners, root / "submissions")
         graded, learners, folder = _CLASSES[assignment]
@@ -83,53 +107,92 @@ def test_instructor_answers_get_full_marks_and_the_release_zero(classes, assignm
     assert (untouched["status"], float(untouched["score"])) == ("ok", 0.0), untouched
 
 
-def _student(learners: dict, kind: str, index: int) -> str:
-    student = f"{kind}-{index:03d}"
-    assert learners[student].kind == kind
-    return student
-
-
-def _accusations(messages: dict[str, str], entry, names: dict[str, str | None] | None = None) -> dict[str, str]:
-    """The failing cells of ``messages`` ({grade_id: message}) that name a mistake the entry does not make. The
-    names are ``names`` ({grade_id: name}: the class grader's ``mistake`` fields) when given; else, for the
-    visible checks, whose failure is only text, the name each message's text ends with (``mistake_name``)."""
+def _accusations(messages: dict[str, str], entry) -> dict[str, str]:
+    """The failing cells of ``messages`` ({grade_id: message}) that name a mistake the entry does not make (the name
+    each message ends with, ``mistake_name``)."""
     allowed = {entry.name, *entry.also}
-    if names is None:
-        names = {gid: mistake_name(m) for gid, m in messages.items()}
-    return {gid: m for gid, m in messages.items() if names[gid] not in allowed | {None}}
+    return {gid: m for gid, m in messages.items() if mistake_name(m) not in allowed | {None}}
+
+
+_JUDGED: dict[tuple[str, str, int], dict[str, CellResult]] = {}
+
+
+def _judged(assignment: str, kind: str, index: int) -> dict[str, CellResult]:
+    """{grade_id: result} of the test cells of the entry's exercise and of the exercises built on it (the source
+    notebook's: visible asserts and hidden checks), run in-process on the notebook's answers with the entry in
+    place of its exercise's: the exercises built on it call it, as in a notebook. The other exercises' cells are
+    not run: they do not use the entry (the class grader's sample shows that they keep full marks). A chapter's
+    entries share one process, as its group of tests does, where the class grader gives each notebook its own:
+    an entry that changed torch's global state (default dtype, threads) would change the verdicts of those after
+    it. None does: every entry gets the verdicts here that it got when each went through the class grader."""
+    key = (assignment, kind, index)
+    if key not in _JUDGED:
+        entry = (CATALOGUES[assignment].WRONG if kind == "wrong" else CATALOGUES[assignment].CORRECT)[index]
+        exercises = exercise_names(assignment)
+        touched = dependents(assignment, entry.target) | {entry.target}
+        cells = tuple(gid for gid in _points(assignment) if exercise_of(gid, exercises) in touched)
+        _JUDGED[key] = grade_in_process(assignment, {entry.target: entry.impl}, cells=cells, as_notebook=True)
+    return _JUDGED[key]
+
+
+def _failed(results: dict[str, CellResult]) -> dict[str, str]:
+    return {gid: r.message for gid, r in results.items() if not r.passed}
 
 
 @pytest.mark.parametrize("case", WRONG, ids=_id)
-def test_wrong_answer_loses_points_and_is_named(classes, case) -> None:
+def test_wrong_answer_loses_points_and_is_named(case) -> None:
     assignment, index, entry = case
-    graded, learners, _ = classes(assignment)
-    student = _student(learners, "wrong", index)
-    row, cells = graded.rows[student], graded.cells(student)
-    assert row["status"] == "ok", f"{entry.label!r}: status {row['status']}: {row['reason']}"
-    failed = {gid: c["message"] for gid, c in cells.items() if c["points"] < c["max_points"]}
-    assert entry.cell in cells, f"{entry.label!r} names {entry.cell!r}, which is not a test of {assignment}"
-    owner = cells[entry.cell]  # its "mistake" is the grader's field: the judge's Mistake.name, not read from text
+    judged = _judged(assignment, "wrong", index)
+    assert entry.cell in _points(assignment), f"{entry.label!r} names {entry.cell!r}, not a test of {assignment}"
+    assert entry.cell in judged, (f"{entry.label!r} names {entry.cell!r}, which tests neither {entry.target} nor "
+                                  f"an exercise built on it")
+    failed = _failed(judged)
     assert entry.cell in failed, f"{entry.label!r} kept full marks on {entry.cell}, the test of its property"
-    assert owner["mistake"] == entry.name, (
-        f"{entry.label!r}: {entry.cell} should name the mistake {entry.name!r}; the feedback names "
-        f"{owner['mistake']!r}:\n  {owner['message']}")
-    wrongly = _accusations(failed, entry, {gid: cells[gid]["mistake"] for gid in failed})
+    named = mistake_name(failed[entry.cell])
+    assert named == entry.name, (
+        f"{entry.label!r}: {entry.cell} should name the mistake {entry.name!r}; the feedback names {named!r}:\n"
+        f"  {failed[entry.cell]}")
+    wrongly = _accusations(failed, entry)
     assert not wrongly, f"{entry.label!r} is also accused of mistakes it does not make (declare expected ones " \
         f"in `also`): " + "; ".join(f"{gid}: {m}" for gid, m in wrongly.items())
-    exercises = exercise_names(assignment)
-    affected = dependents(assignment, entry.target)  # built on the target: they may fail with it
-    others = [gid for gid in failed if exercise_of(gid, exercises) not in affected | {entry.target}]
-    assert not others, f"{entry.label!r} also failed cells of exercises that do not use it: {others}"
 
 
 @pytest.mark.parametrize("assignment", sorted(CATALOGUES))
-def test_every_graded_test_is_failed_by_a_wrong_answer(classes, assignment) -> None:
+def test_every_graded_test_is_failed_by_a_wrong_answer(assignment) -> None:
     """A test cell that no catalogued mistake fails is a test nobody has seen fail."""
-    graded, learners, _ = classes(assignment)
-    failed = {gid for student, learner in learners.items() if learner.kind == "wrong"
-              for gid, c in graded.cells(student).items() if c["points"] < c["max_points"]}
+    failed = {gid for index in range(len(CATALOGUES[assignment].WRONG))
+              for gid in _failed(_judged(assignment, "wrong", index))}
     never = sorted(set(_points(assignment)) - failed)
     assert not never, f"{assignment}: no wrong answer in the catalogue fails {never}"
+
+
+@pytest.mark.parametrize("case", CORRECT, ids=_id)
+def test_correct_alternative_keeps_full_marks(case) -> None:
+    assignment, index, entry = case
+    failed = _failed(_judged(assignment, "correct", index))
+    assert not failed, f"the correct alternative {entry.label!r} lost points: {failed}"
+
+
+@pytest.mark.parametrize("assignment", sorted(CATALOGUES))
+def test_the_class_grader_gives_its_sample_the_in_process_verdicts(classes, assignment) -> None:
+    """The sample through ``python -m autograder grade``, a sandboxed kernel per notebook: every cell of the
+    entry's exercise and of those built on it has the points and the mistake's name of the in-process run, every
+    other cell full marks, every notebook the status ok."""
+    graded, learners, _ = classes(assignment)
+    assert set(graded.rows) == set(learners) == set(class_sample(assignment)), "a submission has no row"
+    for student, learner in learners.items():
+        if learner.kind not in ("wrong", "correct"):
+            continue
+        row, cells = graded.rows[student], graded.cells(student)
+        assert row["status"] == "ok", f"{learner.entry.label!r}: status {row['status']}: {row['reason']}"
+        judged = _judged(assignment, learner.kind, int(student.split("-")[1]))
+        ours = {gid: (c["points"], c["mistake"] if c["points"] < c["max_points"] else None)
+                for gid, c in cells.items()}
+        expected = {gid: (judged[gid].points, mistake_name(judged[gid].message)) if gid in judged
+                    else (c["max_points"], None) for gid, c in cells.items()}
+        differ = {gid: (ours[gid], expected[gid]) for gid in cells if ours[gid] != expected[gid]}
+        assert not differ, (f"{student} ({learner.entry.label!r}): (class grader, in-process) (points, mistake) "
+                            f"differ on {differ}")
 
 
 # ---------------------------------------------------------------- the visible checks, as the learner runs them
@@ -191,23 +254,13 @@ def test_visible_checks_name_most_mistakes(assignment) -> None:
     assert share >= VISIBLE_GOAL, f"{assignment}: the visible checks name {share:.0%}; not named: {missed}"
 
 
-@pytest.mark.parametrize("case", CORRECT, ids=_id)
-def test_correct_alternative_keeps_full_marks(classes, case) -> None:
-    assignment, index, entry = case
-    graded, learners, _ = classes(assignment)
-    student = _student(learners, "correct", index)
-    row = graded.rows[student]
-    failed = {gid: c["message"] for gid, c in graded.cells(student).items() if c["points"] < c["max_points"]}
-    assert not failed, f"the correct alternative {entry.label!r} lost points: {failed}"
-    assert row["status"] == "ok", f"{entry.label!r}: status {row['status']}: {row['reason']}"
-
-
 def _sample(assignment: str) -> list[str]:
     """The students whose notebooks also go through stock nbgrader: the instructor (every cell passes) and a wrong
     answer from the middle of the catalogue (some cells pass, some fail with a message). The untouched release is
     left out: `nbgrader validate --invert` finds no passing test in it (test_assignments.py), and the class grader
     gives it zero (above). Each notebook here costs a kernel of its own: six a chapter (three more wrong answers and
-    a correct one) took 730 s of a whole run on two cores; these two keep both outcomes of a cell on both paths."""
+    a correct one) took 730 s of a whole run on two cores; these two keep both outcomes of a cell on both paths. The
+    wrong answer is in the class grader's sample (``class_sample``)."""
     return [INSTRUCTOR, f"wrong-{len(CATALOGUES[assignment].WRONG) // 2:03d}"]
 
 
@@ -239,14 +292,12 @@ def test_without_nested_namespaces_each_notebook_gets_its_own_sandbox_and_the_sa
                                                                                            tmp_path) -> None:
     """bwrap --disable-userns refuses the namespaces the grader would create for each notebook, as Ubuntu's
     AppArmor profile for bubblewrap and Docker's seccomp profile do: the grader says so once, with the cost,
-    and grades a sample of the catalogue (every fifth wrong answer) one sandbox per notebook, with every verdict
-    of the usual way."""
+    and grades the chapter's sample one sandbox per notebook, with every verdict of the usual way."""
     from autograder.sandbox import DISABLE_NESTED
 
     graded, learners, folder = classes(FALLBACK)
-    wrong = len(CATALOGUES[FALLBACK].WRONG)
-    sample = [INSTRUCTOR, UNTOUCHED, "correct-000", *(f"wrong-{i:03d}" for i in range(0, wrong, 5))]
-    for student in sample:  # a worker's start-up per notebook: a fifth of the wrong answers, not all of them
+    sample = class_sample(FALLBACK)
+    for student in sample:  # a worker's start-up per notebook
         shutil.copytree(folder / student, tmp_path / "submissions" / student)
     fallback = grade_class(FALLBACK, tmp_path / "submissions", tmp_path / "out", env={DISABLE_NESTED: "1"})
     assert fallback.returncode == 0, fallback.log[-3000:]
@@ -262,6 +313,7 @@ def test_without_nested_namespaces_each_notebook_gets_its_own_sandbox_and_the_sa
                 cell["points"], cell["mistake"], cell["message"]), (student, gid)
 
 
+@functools.cache
 def _points(assignment: str) -> dict[str, float]:
     nb = nbformat.read(source_notebook(assignment), 4)
     return {nbgrader_meta(c)["grade_id"]: float(nbgrader_meta(c)["points"]) for c in graded_cells(nb)}
