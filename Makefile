@@ -17,6 +17,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)  ## create .venv from requirements.txt
 
 book: $(STAMP)  ## build the book into _build/html
+	$(BIN)/python -m autograder.narratives  # the narratives the cache lacks, one per core, then the build takes them
 	$(BIN)/jupyter-book build .
 
 notebooks: $(STAMP)  ## regenerate the student notebooks in notebooks/ from autograder/source/

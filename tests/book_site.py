@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +21,19 @@ import yaml
 
 from autograder.release import REPO_ROOT, nbgrader_env
 
-#: The most seconds the whole book's build may take in the suite (about 9 minutes on two quiet cores).
+#: The most seconds the whole book's build may take in the suite, its narratives' execution included.
 BUILD_TIMEOUT = 1800
+
+#: Narratives executed at once before the build (``python -m autograder.narratives``), as ``make book`` does on
+#: two cores.
+JOBS = 2
 
 #: What Sphinx and myst-nb print as they go: the page being read, and a notebook starting to execute.
 _READING = re.compile(r"reading sources\.\.\. \[\s*\d+%\] (\S+)")
 _EXECUTING = re.compile(r"(\S+\.ipynb)(?::\d+)?: [^\n]*Executing notebook")
+#: What ``autograder.narratives`` prints as a notebook starts and as it ends.
+_STARTED = re.compile(r"^(\S+\.ipynb): started$", re.M)
+_ENDED = re.compile(r"^(\S+\.ipynb): (?:failed after|\d+ s, cached)", re.M)
 
 
 def last_page(log: str) -> str | None:
@@ -33,25 +43,49 @@ def last_page(log: str) -> str | None:
     return max(found)[1] if found else None
 
 
-def build_book(out: Path, timeout: int = BUILD_TIMEOUT) -> Path:
-    """Build the whole book from scratch into ``out`` with warnings as errors; return the HTML folder. A build that
-    runs past ``timeout`` seconds fails naming the page it was on, with the end of its log."""
-    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+def running(log: str) -> list[str]:
+    """The narratives that ``autograder.narratives`` had started and not finished when its log stops."""
+    ended = set(_ENDED.findall(log))
+    return [name for name in _STARTED.findall(log) if name not in ended]
+
+
+def _run(command: list[str], deadline: float, timeout: int, where) -> tuple[int, str]:
+    """Run ``command``, its output in a file; past ``deadline`` fail naming ``where(log)``, with the log's end."""
     with tempfile.TemporaryFile(mode="w+") as sink:
-        process = subprocess.Popen([str(jupyter_book), "build", str(REPO_ROOT), "--all", "-W", "--path-output",
-                                    str(out)], env=nbgrader_env(), stdout=sink, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, env=nbgrader_env(), stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                   start_new_session=True)  # a group of its own: its kernels and workers too
         try:
-            process.wait(timeout=timeout)
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             sink.seek(0)
             log = sink.read()
-            raise AssertionError(f"the book's build ran past {timeout} s while on {last_page(log) or 'no page yet'}; "
-                                 f"the end of its log:\n{log[-3000:]}") from None
+            raise AssertionError(f"the book's build ran past {timeout} s while {where(log)}; the end of its "
+                                 f"log:\n{log[-3000:]}") from None
         sink.seek(0)
-        log = sink.read()
-    assert process.returncode == 0 and "build succeeded" in log, log[-6000:]
+        return process.returncode, sink.read()
+
+
+def build_book(out: Path, timeout: int = BUILD_TIMEOUT, jobs: int = JOBS) -> Path:
+    """Build the whole book from scratch into ``out`` with warnings as errors, as ``make book`` does: the narratives
+    first, ``jobs`` at a time, into the build's cache, then ``jupyter-book build --all -W``, which must find every
+    one of them there. Return the HTML folder. A build that runs past ``timeout`` seconds fails naming the
+    notebooks or the page it was on, with the end of its log."""
+    deadline = time.monotonic() + timeout
+    command = [sys.executable, "-m", "autograder.narratives", "--path-output", str(out), "--jobs", str(jobs)]
+    code, narratives = _run(command, deadline, timeout,
+                            lambda log: f"executing {', '.join(running(log)) or 'no narrative yet'}")
+    assert code == 0, narratives[-6000:]
+    failed = set(re.findall(r"^(\S+\.ipynb): failed after", narratives, re.M))
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    code, log = _run([str(jupyter_book), "build", str(REPO_ROOT), "--all", "-W", "--path-output", str(out)], deadline,
+                     timeout, lambda log: f"on {last_page(log) or 'no page yet'}")
+    assert code == 0 and "build succeeded" in log, log[-6000:]
+    executed = {Path(name).resolve() for name in _EXECUTING.findall(log)}
+    again = {path.relative_to(REPO_ROOT).as_posix() for path in executed} - failed
+    assert not again, (f"the build executed {sorted(again)} again: the cache `python -m autograder.narratives` "
+                       f"wrote does not match what myst-nb looks for\n{narratives[-2000:]}")
     return out / "_build" / "html"
 
 

@@ -103,7 +103,8 @@ def test_every_misconception_call_out_renders_as_one(built_html) -> None:
 
 
 def test_a_build_that_runs_too_long_names_the_notebook_it_was_executing(tmp_path, monkeypatch) -> None:
-    """The suite builds the book under a timeout: past it, the failure names the page the build was on."""
+    """The suite builds the book under a timeout: past it, the failure names the notebooks the narratives' step was
+    running, or the page the build was on."""
     import book_site
 
     log = ("reading sources... [ 40%] book/06_transformer\n"
@@ -113,10 +114,23 @@ def test_a_build_that_runs_too_long_names_the_notebook_it_was_executing(tmp_path
     assert book_site.last_page(log) == "/repo/book/07_gpt.ipynb"
     assert book_site.last_page(log.rsplit("/repo", 1)[0]) == "book/07_gpt"
     assert book_site.last_page("") is None
-    fake = tmp_path / "jupyter-book"  # prints as a build does, then hangs
-    fake.write_text("#!/bin/sh\necho 'reading sources... [ 10%] book/01_self_attention'\n"
-                    "echo '/r/book/01_self_attention.ipynb: Executing notebook using local CWD [mystnb]'\nsleep 30\n")
-    fake.chmod(0o755)
+    steps = ("book/06_transformer.ipynb: started\nbook/01_self_attention.ipynb: started\n"
+             "book/01_self_attention.ipynb: 9 s, cached\nbook/07_gpt.ipynb: started\n")
+    assert book_site.running(steps) == ["book/06_transformer.ipynb", "book/07_gpt.ipynb"]
+
+    def fake(name: str, text: str) -> None:
+        path = tmp_path / name
+        path.write_text(f"#!/bin/sh\n{text}")
+        path.chmod(0o755)
+
     monkeypatch.setattr(book_site.sys, "executable", str(tmp_path / "python"))
+    fake("python", "echo 'book/06_transformer.ipynb: started'\necho 'book/01_self_attention.ipynb: started'\n"
+                   "echo 'book/01_self_attention.ipynb: 9 s, cached'\nsleep 30\n")  # the narratives' step hangs
+    with pytest.raises(AssertionError, match=r"ran past 2 s while executing book/06_transformer\.ipynb;"):
+        book_site.build_book(tmp_path / "out", timeout=2)
+    fake("python", "exit 0\n")  # every narrative cached: then the build itself hangs
+    fake("jupyter-book", "echo 'reading sources... [ 10%] book/01_self_attention'\n"
+                         "echo '/r/book/01_self_attention.ipynb: Executing notebook using local CWD [mystnb]'\n"
+                         "sleep 30\n")
     with pytest.raises(AssertionError, match=r"ran past 2 s while on /r/book/01_self_attention\.ipynb"):
         book_site.build_book(tmp_path / "out", timeout=2)
