@@ -49,10 +49,10 @@ TEST_WORKERS ?= 2
 test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build and browser test, leak scans, nbval
 	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-# One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): its catalogue through the
-# class grader, the visible checks' naming figure, its notebook conventions, release and nbgrader validate, its
-# declared mistakes and the probe fuzz of its checks. make test stays the whole proof: it also grades a sample of
-# each catalogue with stock nbgrader (parity of the two graders; Chapter 6's sample alone takes 63 s).
+# One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): its catalogue in-process and
+# its sample through the class grader, the visible checks' naming figure, its notebook conventions, release and
+# nbgrader validate, its declared mistakes and the probe fuzz of its checks. make test stays the whole proof: it also
+# grades a wrong answer of each catalogue with stock nbgrader (parity of the two graders).
 chapter: $(STAMP)  ## one chapter's proof: make chapter A=05_positional_encoding
 	@test -n "$(A)" || { echo "usage: make chapter A=<assignment id>, one of: $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
 	@test -d "autograder/source/$(A)" || { echo "no assignment $(A): one of $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
