@@ -123,7 +123,8 @@ class _Module:
 
 def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
                      visible_only: bool = False, exercise: str | None = None, cells: tuple[str, ...] | None = None,
-                     namespace: dict[str, Any] | None = None, as_notebook: bool = False) -> dict[str, CellResult]:
+                     namespace: dict[str, Any] | None = None, as_notebook: bool = False,
+                     until_failure: bool = False) -> dict[str, CellResult]:
     """Grade the reference implementations, with ``overrides`` swapped in, through the notebook's test cells.
 
     With ``visible_only`` the test cells are the release's, as a learner runs them: the visible checks alone,
@@ -132,7 +133,8 @@ def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
     (nbgrader's rule: a warning in a test cell is a failure). The cells run in ``namespace`` when one is given
     (empty), so that the caller can read what they made. With ``as_notebook`` the exercises are the source
     notebook's answers, its solution cells run in the namespace as a kernel runs them, not the reference package's
-    objects: an exercise built on an overridden one then calls the override, as in a learner's notebook.
+    objects: an exercise built on an overridden one then calls the override, as in a learner's notebook. With
+    ``until_failure`` the cells stop at the first that fails (the results hold the cells run).
     """
     assert not (as_notebook and visible_only), "the release's answer cells are stubs"
     nb = nbformat.read(release_notebook(assignment) if visible_only else source_notebook(assignment), 4)
@@ -173,6 +175,8 @@ def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
             message = f"wrote to stderr: {stderr.getvalue().strip()}"
         points = 0.0 if message else float(meta["points"])
         results[meta["grade_id"]] = CellResult(meta["grade_id"], points, float(meta["points"]), message)
+        if message and until_failure:
+            break
     return results
 
 

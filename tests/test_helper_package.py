@@ -126,21 +126,25 @@ def within_memory(candidate: Any) -> Any:
     return guarded
 
 
-def pairs(assignment: str) -> Iterator[tuple[str, str, Any]]:
-    """(exercise, candidate's name, candidate) for every exercise of ``assignment`` and every candidate that fits."""
+def pairs(assignment: str, exercises: tuple[str, ...] | None = None) -> Iterator[tuple[str, str, Any]]:
+    """(exercise, candidate's name, candidate) for every exercise of ``assignment`` (or of ``exercises``) and every
+    candidate that fits."""
     references = reference_objects(assignment)
     candidates = public_callables()
-    for exercise in exercise_names(assignment):
+    for exercise in exercises or exercise_names(assignment):
         for name, candidate in candidates.items():
             if can_take_the_arguments_of(candidate, references[exercise]):
                 yield exercise, name, candidate
 
 
-def grade(assignment: str) -> tuple[list[tuple[str, str, dict[str, CellResult]]], int]:
-    """(the pairs that pass every test cell of their exercise, how many pairs were graded)."""
+def grade(assignment: str,
+          exercises: tuple[str, ...] | None = None) -> tuple[list[tuple[str, str, dict[str, CellResult]]], int]:
+    """(the pairs that pass every test cell of their exercise, how many pairs were graded). A pair's grading stops
+    at the first test cell it fails: one is enough to show that it gives no answer away."""
     passed, graded = [], 0
-    for exercise, name, candidate in pairs(assignment):
-        results = grade_in_process(assignment, {exercise: within_memory(candidate)}, exercise=exercise)
+    for exercise, name, candidate in pairs(assignment, exercises):
+        results = grade_in_process(assignment, {exercise: within_memory(candidate)}, exercise=exercise,
+                                   until_failure=True)
         assert results, f"{assignment}: exercise {exercise} has no test cell"
         graded += 1
         if all(result.passed for result in results.values()):
@@ -200,7 +204,8 @@ def test_a_correct_answer_planted_in_the_package_is_caught(monkeypatch) -> None:
 
     greedy_search.__module__ = "attention_course.models"
     monkeypatch.setattr(attention_course.models, "greedy_search", greedy_search, raising=False)
-    passed, _ = grade("06_transformer")
+    passed, graded = grade("06_transformer", exercises=("greedy_decode",))  # the candidates for its exercise
+    assert graded > 1, graded
     assert [(exercise, name) for exercise, name, _ in passed] == [
         ("greedy_decode", "attention_course.models.greedy_search")], passed
 
