@@ -81,9 +81,11 @@ COLOUR_RULES = ("color-contrast", "link-in-text-block")
 # They are run on one element of each look: the first element holding text for each combination of its tag, its
 # colour, font size, weight, text shadow and opacity, and the background colour, background image and opacity of it
 # and of every element it lies in (8,526 text elements, 199 looks, on that page). Two elements of one look have the
-# same contrast unless something outside that list lies behind one of them. The other rules see the whole page.
+# same contrast unless something outside that list lies behind one of them, on one page or on two: a look audited on
+# one page is not audited again on the next in the same mode (AUDIT's third argument, the looks seen so far). The
+# other rules see the whole page.
 SAMPLE = """
-const looks = new Map(), behind = new Map();
+const looks = new Map(), behind = new Map(), before = new Set(Array.isArray(arguments[2]) ? arguments[2] : []);
 const background = (el) => {
   if (!el) return '';
   if (!behind.has(el)) {
@@ -98,7 +100,7 @@ for (let text = texts.nextNode(); text; text = texts.nextNode()) {
   if (!el || !text.nodeValue.trim()) continue;
   const s = getComputedStyle(el);
   const look = [el.tagName, s.color, s.fontSize, s.fontWeight, s.textShadow, s.opacity, background(el)].join(' | ');
-  if (!looks.has(look)) { looks.set(look, el); el.setAttribute('data-audit-sample', ''); }
+  if (!looks.has(look) && !before.has(look)) { looks.set(look, el); el.setAttribute('data-audit-sample', ''); }
 }
 """
 
@@ -126,10 +128,13 @@ settle(() => {
     .map(el => ({tag: el.tagName.toLowerCase(), src: el.currentSrc || el.getAttribute('src') || '', alt: named(el)}));
 """ + SAMPLE + """
   const whole = others ? axe.run(document, others) : Promise.resolve({violations: []});
-  whole.then(first => axe.run({include: [['[data-audit-sample]']]}, {runOnly: {type: 'rule', values: colour}})
-    .then(sampled => done({
+  const only = {runOnly: {type: 'rule', values: colour}};
+  const none = Promise.resolve({violations: []});
+  const sample = () => looks.size ? axe.run({include: [['[data-audit-sample]']]}, only) : none;
+  whole.then(first => sample().then(sampled => done({
       theme: document.documentElement.dataset.theme,
       figures: figures,
+      looks: [...looks.keys()],
       violations: [...compact(first), ...compact(sampled)],
     })))
     .catch(e => done({error: String(e)}));
@@ -226,10 +231,12 @@ def audits(site, browser) -> dict[tuple[str, str], dict]:
             browser.get(site + toc_files()[0] + ".html")
             browser.execute_script("localStorage.setItem('mode', arguments[0]);"
                                    "localStorage.setItem('theme', arguments[0]);", mode)
+            looks: list[str] = []  # audited already in this mode
             for page in toc_files():
                 browser.get(site + page + ".html")
                 browser.execute_script(AXE_SCRIPT)  # axe.min.js from the installed wheel: nothing is downloaded
-                seen[page, mode] = browser.execute_async_script(AUDIT, _run_only(mode), list(COLOUR_RULES))
+                seen[page, mode] = browser.execute_async_script(AUDIT, _run_only(mode), list(COLOUR_RULES), looks)
+                looks += seen[page, mode].get("looks", [])
         browser.get(site + SCREENSHOTS["chapter-1"])
         browser.execute_async_script(SETTLE + "settle(() => done(null));")
         _screenshot(browser, "chapter-1-dark")
@@ -254,16 +261,18 @@ def test_the_audit_reports_known_faults(browser) -> None:
 
     browser.get(FAULTY_PAGE)
     browser.execute_script(AXE_SCRIPT)
-    state = browser.execute_async_script(AUDIT, _run_only("light"), list(COLOUR_RULES))
+    state = browser.execute_async_script(AUDIT, _run_only("light"), list(COLOUR_RULES), [])
     assert "error" not in state, state
     contrast = [v for v in state["violations"] if v["id"] == "color-contrast"]
     assert len(contrast) == 1 and len(contrast[0]["nodes"]) == 2, contrast  # once, from the sample: both faint texts
     assert "#boxed" in {node["target"] for node in contrast[0]["nodes"]}, contrast
+    again = browser.execute_async_script(AUDIT, None, list(COLOUR_RULES), state["looks"])  # as on the next page
+    assert again["looks"] == [] and again["violations"] == [], again  # its looks were audited already
     found = {v["id"] for v in state["violations"]}
     assert {"color-contrast", "image-alt", "aria-required-children"} <= found, f"axe found only {found}"
     assert [_alt_problem(f["alt"]) for f in state["figures"]] == ["no text alternative"], state["figures"]
     # axe refuses a rule id it does not know
-    state = browser.execute_async_script(AUDIT, _run_only("dark"), list(COLOUR_RULES))
+    state = browser.execute_async_script(AUDIT, _run_only("dark"), list(COLOUR_RULES), [])
     assert "error" not in state, state
     assert {v["id"] for v in state["violations"]} == {"color-contrast"}, state["violations"]
 
