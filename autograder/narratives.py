@@ -4,10 +4,10 @@
 The book executes its narratives in cache mode (``execute_notebooks: cache`` in ``_config.yml``): a notebook
 whose code cells match a cached run is not run again. ``jupyter-book build`` runs the others one after another,
 so a fresh build of nine chapters takes as long as all nine together, one core working while the others wait.
-This runs them first, ``--jobs`` at a time, the slowest first, the way myst-nb would (in the notebook's folder,
-the book's timeout per cell, no errors allowed), and caches each one that succeeds as myst-nb caches it; the build
-then takes them from the cache. A notebook that fails is left out of the cache and named here: the build runs it
-again and fails with the usual report.
+This runs them first, ``--jobs`` at a time, the slowest first (``ESTIMATES``), the way myst-nb would (in the
+notebook's folder, the book's timeout per cell, no errors allowed), and caches each one that succeeds as myst-nb
+caches it; the build then takes them from the cache. A notebook that fails is left out of the cache and named
+here: the build runs it again and fails with the usual report.
 
     python -m autograder.narratives [--path-output DIR] [--jobs N]
 
@@ -28,6 +28,13 @@ import nbformat
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Seconds each narrative took to execute, alone on 2 cores (a fresh `make book`, stop 36): the order to start them
+#: in when the cache has no run of them yet. A figure that goes stale costs time, never a result.
+ESTIMATES = {"book/01_self_attention.ipynb": 10, "book/02_causal_masking.ipynb": 18,
+             "book/03_cross_attention.ipynb": 28, "book/04_multi_head.ipynb": 17,
+             "book/05_positional_encoding.ipynb": 53, "book/06_transformer.ipynb": 374, "book/07_gpt.ipynb": 57,
+             "book/08_trained_attention.ipynb": 84, "book/09_flash_attention.ipynb": 27}
 
 
 def book_settings(root: Path = ROOT) -> tuple[list[Path], dict]:
@@ -88,10 +95,11 @@ def fill_cache(build: Path, jobs: int, root: Path = ROOT, say=print) -> dict[str
         say("every narrative is in the cache")
         return {}
     before = {Path(r.uri): r.data.get("execution_seconds", 0) for r in cache.list_cache_records()}
-    # the slowest first (as long as a previous run took, else by the size of its code), so that no job is left
-    # with a long one at the end
-    todo.sort(key=lambda p: (before.get(p, 0), sum(len(c.source) for c in nbformat.read(p, 4).cells
-                                                   if c.cell_type == "code")), reverse=True)
+    # the slowest first (as long as a previous run took, else ESTIMATES, else by the size of its code), so that no
+    # job is left with a long one at the end
+    todo.sort(key=lambda p: (before.get(p) or ESTIMATES.get(p.relative_to(root).as_posix(), 0),
+                             sum(len(c.source) for c in nbformat.read(p, 4).cells if c.cell_type == "code")),
+              reverse=True)
     jobs = max(1, min(jobs, len(todo)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     say(f"executing {len(todo)} narrative(s), {jobs} at a time, {threads} thread(s) each: "

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.narratives import book_settings, fill_cache
+from autograder.narratives import ESTIMATES, book_settings, fill_cache
 from autograder.release import nbgrader_env
 
 CONFIG = """title: three notebooks
@@ -52,6 +52,7 @@ def test_the_narratives_are_the_toc_s_executed_notebooks() -> None:
     names = [path.relative_to(path.parent.parent).as_posix() for path in notebooks]
     assert names == sorted(names) and len(names) == 9 and all(n.startswith("book/0") for n in names), names
     assert execute["execute_notebooks"] == "cache"
+    assert set(names) == set(ESTIMATES), "autograder/narratives.py's ESTIMATES names another set of narratives"
 
 
 def test_a_cached_narrative_is_not_run_again_and_a_failed_one_is_left_to_the_build(tmp_path) -> None:
