@@ -157,19 +157,9 @@ def launch_targets(page: str) -> set[str]:
 
 def _toc_notebooks() -> list[str]:
     """The book's narrative notebooks (pages of ``_toc.yml`` that are notebooks, outside ``notebooks/``)."""
-    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text())
-    pages = [toc["root"]]
+    from autograder.narratives import toc_pages
 
-    def walk(entries: list) -> None:
-        for entry in entries:
-            if "file" in entry:
-                pages.append(entry["file"])
-            for key in ("sections", "chapters", "parts"):
-                walk(entry.get(key, []))
-
-    walk(toc.get("parts", []))
-    walk(toc.get("chapters", []))
-    return [f"{page}.ipynb" for page in pages
+    return [f"{page}.ipynb" for page in toc_pages(REPO_ROOT)
             if (REPO_ROOT / f"{page}.ipynb").is_file() and not page.startswith("notebooks/")]
 
 

@@ -37,25 +37,29 @@ ESTIMATES = {"book/01_self_attention.ipynb": 10, "book/02_causal_masking.ipynb":
              "book/08_trained_attention.ipynb": 84, "book/09_flash_attention.ipynb": 27}
 
 
-def book_settings(root: Path = ROOT) -> tuple[list[Path], dict]:
-    """The notebooks of ``_toc.yml`` that the book executes, and the ``execute`` section of ``_config.yml``."""
-    config = yaml.safe_load((root / "_config.yml").read_text())
-    execute = config.get("execute", {})
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every page of ``root``'s ``_toc.yml``, root first, in the book's order, as paths without suffix
+    (``book/intro``)."""
     toc = yaml.safe_load((root / "_toc.yml").read_text())
-    files = [toc["root"]]
+    pages = [toc["root"]]
 
     def walk(entries: list) -> None:
         for entry in entries:
             if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections", []))
-            walk(entry.get("chapters", []))
+                pages.append(entry["file"])
+            for key in ("sections", "chapters", "parts"):
+                walk(entry.get(key, []))
 
+    walk(toc.get("parts", []))
     walk(toc.get("chapters", []))
-    for part in toc.get("parts", []):
-        walk(part["chapters"])
+    return pages
+
+
+def book_settings(root: Path = ROOT) -> tuple[list[Path], dict]:
+    """The notebooks of ``_toc.yml`` that the book executes, and the ``execute`` section of ``_config.yml``."""
+    execute = yaml.safe_load((root / "_config.yml").read_text()).get("execute", {})
     skipped = execute.get("exclude_patterns", [])
-    notebooks = [root / f"{name}.ipynb" for name in files if (root / f"{name}.ipynb").exists()
+    notebooks = [root / f"{name}.ipynb" for name in toc_pages(root) if (root / f"{name}.ipynb").exists()
                  and not any(fnmatch(f"{name}.ipynb", pattern) for pattern in skipped)]
     return notebooks, execute
 
@@ -85,30 +89,31 @@ def fill_cache(build: Path, jobs: int, root: Path = ROOT, say=print) -> dict[str
             "not cache: nothing to do")
         return {}
     cache = get_cache(str(build / ".jupyter_cache"))
-    todo = []
+    todo = {}  # path -> its notebook, not in the cache
     for path in notebooks:
+        nb = nbformat.read(path, 4)
         try:
-            cache.match_cache_notebook(nbformat.read(path, 4))
+            cache.match_cache_notebook(nb)
         except KeyError:
-            todo.append(path)
+            todo[path] = nb
     if not todo:
         say("every narrative is in the cache")
         return {}
     before = {Path(r.uri): r.data.get("execution_seconds", 0) for r in cache.list_cache_records()}
     # the slowest first (as long as a previous run took, else ESTIMATES, else by the size of its code), so that no
     # job is left with a long one at the end
-    todo.sort(key=lambda p: (before.get(p) or ESTIMATES.get(p.relative_to(root).as_posix(), 0),
-                             sum(len(c.source) for c in nbformat.read(p, 4).cells if c.cell_type == "code")),
-              reverse=True)
+    order = sorted(todo, key=lambda p: (before.get(p) or ESTIMATES.get(p.relative_to(root).as_posix(), 0),
+                                        sum(len(c.source) for c in todo[p].cells if c.cell_type == "code")),
+                   reverse=True)
     jobs = max(1, min(jobs, len(todo)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     say(f"executing {len(todo)} narrative(s), {jobs} at a time, {threads} thread(s) each: "
-        + ", ".join(p.relative_to(root).as_posix() for p in todo), flush=True)
+        + ", ".join(p.relative_to(root).as_posix() for p in order), flush=True)
     failed = {}
     started = time.perf_counter()
     with ProcessPoolExecutor(jobs) as pool:
         runs = [pool.submit(_run, str(p), p.relative_to(root).as_posix(), execute.get("timeout"),
-                            bool(execute.get("allow_errors", False)), threads) for p in todo]
+                            bool(execute.get("allow_errors", False)), threads) for p in order]
         for run in as_completed(runs):
             path, nb, seconds, error = run.result()
             name = Path(path).relative_to(root).as_posix()

@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
+from autograder.narratives import toc_pages
 from autograder.release import REPO_ROOT, nbgrader_env
 
 #: The most seconds the whole book's build may take in the suite, its narratives' execution included.
@@ -91,19 +90,7 @@ def build_book(out: Path, timeout: int = BUILD_TIMEOUT, jobs: int = JOBS) -> Pat
 
 def toc_files() -> list[str]:
     """Every page of `_toc.yml`, root first, as paths without suffix (``book/intro``)."""
-    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(entries: list) -> None:
-        for entry in entries:
-            if "file" in entry:
-                files.append(entry["file"])
-            walk(entry.get("sections", []))
-            walk(entry.get("chapters", []))
-
-    for part in toc.get("parts", []):
-        walk(part["chapters"])
-    return files
+    return toc_pages(REPO_ROOT)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
