@@ -129,11 +129,17 @@ def _judged(assignment: str, kind: str, index: int) -> dict[str, CellResult]:
     key = (assignment, kind, index)
     if key not in _JUDGED:
         entry = (CATALOGUES[assignment].WRONG if kind == "wrong" else CATALOGUES[assignment].CORRECT)[index]
-        exercises = exercise_names(assignment)
-        touched = dependents(assignment, entry.target) | {entry.target}
-        cells = tuple(gid for gid in _points(assignment) if exercise_of(gid, exercises) in touched)
+        cells = _touched(assignment, entry.target)
         _JUDGED[key] = grade_in_process(assignment, {entry.target: entry.impl}, cells=cells, as_notebook=True)
     return _JUDGED[key]
+
+
+@functools.cache
+def _touched(assignment: str, target: str) -> tuple[str, ...]:
+    """The grade ids of the test cells of ``target`` and of the exercises built on it, in the notebook's order."""
+    exercises = exercise_names(assignment)
+    touched = dependents(assignment, target) | {target}
+    return tuple(gid for gid in _points(assignment) if exercise_of(gid, exercises) in touched)
 
 
 def _failed(results: dict[str, CellResult]) -> dict[str, str]:
