@@ -37,7 +37,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,8 @@ from attention_course.benchmark_attention import write_csv
 from attention_course.language_model import _rotate  # how TorchGPT turns its queries and keys, for gpt_attention
 
 __all__ = ["RepeatTask", "repeated_tokens", "AttentionOnlySizes", "AttentionLayer", "AttentionOnly",
-           "InductionHistory", "train_induction", "formed_at", "gpt_attention", "VARIANTS", "main"]
+           "InductionHistory", "train_induction", "formed_at", "head_outputs", "direct_logit_attribution",
+           "k_composition", "hand_built_induction", "gpt_attention", "VARIANTS", "main"]
 
 
 @dataclass(frozen=True)
@@ -146,16 +147,23 @@ class AttentionLayer(nn.Module):
         self.keep_weights = False
         self.weights: Tensor | None = None
 
+    def position_scores(self, t: int, device: torch.device | None = None) -> Tensor:
+        """What every head adds to its scores for ``t`` positions, ``(n_heads or 1, T, T)``: ``distance_bias[h, i - j]``
+        (0 without relative positions), and ``-inf`` for the keys after each query (the causal mask). One small
+        tensor added to the scores, rather than a bias and a mask applied to every sequence's scores in turn."""
+        where = torch.arange(t, device=device)
+        distance = where[:, None] - where[None, :]  # (T, T): i - j, negative above the diagonal
+        if self.distance_bias is None:
+            bias = torch.zeros(1, t, t, device=device, dtype=self.w_q.weight.dtype)
+        else:
+            bias = self.distance_bias[:, distance.clamp(min=0)]  # (H, T, T)
+        return bias.masked_fill(distance < 0, float("-inf"))  # causal: key j <= query i
+
     def forward(self, x: Tensor) -> Tensor:
         b, t, d = x.shape
         q, k, v = (w(x).view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, T, d) -> (B, H, T, d_head)
                    for w in (self.w_q, self.w_k, self.w_v))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, T)
-        where = torch.arange(t, device=x.device)
-        distance = where[:, None] - where[None, :]  # (T, T): i - j, negative above the diagonal
-        if self.distance_bias is not None:
-            scores = scores + self.distance_bias[:, distance.clamp(min=0)]  # (H, T, T), broadcast over B
-        scores = scores.masked_fill(distance < 0, float("-inf"))  # causal: key j <= query i
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head) + self.position_scores(t, x.device)  # (B, H, T, T)
         weights = scores.softmax(dim=-1)
         if self.keep_weights:
             self.weights = weights.detach()
@@ -212,6 +220,44 @@ class AttentionOnly(nn.Module):
             self.train(mode)
 
 
+@torch.no_grad()
+def hand_built_induction(vocab: int = 8, context: int = 16, sharpness: float = 10.0) -> AttentionOnly:
+    """An induction circuit written by hand, not trained: an :class:`AttentionOnly` model of 2 layers of 2 heads,
+    ``d_model = 3 * vocab``, relative positions, whose residual stream keeps three one-hot codes side by side:
+    the token (features ``0 .. V-1``), the previous token (``V .. 2V-1``) and the copied token (``2V .. 3V-1``).
+
+    - Head 0.0 is a previous-token head: its distance bias is ``+sharpness`` at distance 1 and ``-sharpness``
+      elsewhere, and it moves the token code of position ``j - 1`` into the previous-token code of ``j``.
+    - Head 1.0 is an induction head: its query is the current token, its key the previous token that head 0.0
+      wrote, so query ``i`` attends where the token before was ``tokens[i]``; it moves that position's token
+      into the copied-token code, which alone the unembedding reads, ``sharpness`` times over.
+    - Heads 0.1 and 1.1 are all zeros: they add nothing.
+
+    On a sequence that repeats, it predicts the repeat almost perfectly; a head written this way is a yardstick
+    for the chapter's measurements (its OV circuit copies exactly). ``vocab`` must be even (two heads share
+    ``d_model``)."""
+    if vocab < 2 or vocab % 2 or context < 2 or sharpness <= 0:
+        raise ValueError(f"need an even vocab >= 2, context >= 2 and sharpness > 0; got vocab={vocab}, "
+                         f"context={context}, sharpness={sharpness}")
+    v = vocab
+    model = AttentionOnly(AttentionOnlySizes(vocab=v, context=context, d_model=3 * v, n_heads=2, n_layers=2))
+    for p in model.parameters():
+        p.zero_()
+    first, second = model.layers
+    eye = torch.eye(v)
+    model.embed.weight[:, :v] = eye  # the token's own code
+    first.distance_bias[0] = -sharpness
+    first.distance_bias[0, 1] = sharpness  # head 0.0 attends one position back
+    first.w_v.weight[:v, :v] = eye  # head 0.0's value: the token code ...
+    first.w_o.weight[v:2 * v, :v] = eye  # ... written as the previous-token code
+    second.w_q.weight[:v, :v] = eye * sharpness * math.sqrt(second.d_head)  # head 1.0's query: the token ...
+    second.w_k.weight[:v, v:2 * v] = eye  # ... its key: the previous token
+    second.w_v.weight[:v, :v] = eye  # its value: the token at the key ...
+    second.w_o.weight[2 * v:, :v] = eye  # ... written as the copied-token code
+    model.unembed.weight[:, 2 * v:] = eye * sharpness  # the logits read the copied token alone
+    return model.eval()
+
+
 @dataclass
 class InductionHistory:
     """What :func:`train_induction` saw: the training loss of every step, and every ``every`` steps the loss on a
@@ -226,12 +272,13 @@ class InductionHistory:
 
 def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch_size: int = 32, lr: float = 1e-2,
                     seed: int = 0, every: int = 25, measure: Callable[[AttentionOnly], Any] | None = None,
-                    eval_size: int = 256, scored: str = "copyable") -> InductionHistory:
+                    eval_size: int = 256, scored: str = "copyable", also_at: Collection[int] = ()) -> InductionHistory:
     """Train ``model`` on ``task`` with Adam at a constant ``lr``: each step a fresh batch, the cross-entropy of the
     copyable positions only (``scored="copyable"``) or of every position (``scored="all"``, the usual language-model
-    loss). Every ``every`` steps (and at step 0, before any training) the loss on the copyable positions of one fixed
-    batch of ``eval_size`` sequences is recorded, with ``measure(model)`` when given (it runs without gradients, the
-    model in eval mode). The batches are drawn from ``seed``; the model's initial weights are the caller's.
+    loss). Every ``every`` steps, at every step of ``also_at`` (a closer look near a drop, say) and at step 0, before
+    any training, the loss on the copyable positions of one fixed batch of ``eval_size`` sequences is recorded, with
+    ``measure(model)`` when given (it runs without gradients, the model in eval mode). The batches are drawn from
+    ``seed``; the model's initial weights are the caller's.
 
     Raises:
         ValueError: if ``steps < 0``, ``batch_size``, ``every`` or ``eval_size`` is below 1, or ``scored`` is neither
@@ -270,7 +317,7 @@ def train_induction(model: AttentionOnly, task: RepeatTask, *, steps: int, batch
         loss.backward()
         optimizer.step()
         history.train_loss.append(loss.item())
-        if step % every == 0 or step == steps:
+        if step % every == 0 or step == steps or step in also_at:
             record(step)
     model.eval()
     history.seconds = time.perf_counter() - tic
@@ -313,6 +360,71 @@ def gpt_attention(model: nn.Module, ids: Tensor) -> Tensor:
         allowed = torch.ones(t, t, dtype=torch.bool, device=x.device).tril() if mask is None else mask
         maps.append(scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1))
     return torch.stack(maps)
+
+
+@torch.no_grad()
+def head_outputs(model: AttentionOnly, ids: Tensor) -> list[Tensor]:
+    """What the heads of every layer output for ``ids (B, T)``, before the output projection mixes them: one
+    ``z (B, n_heads, T, d_head)`` per layer, read at each layer's ``hook_heads`` in eval mode (the model is given
+    back in the mode it came in)."""
+    seen: list[Tensor] = []
+    handles = [layer.hook_heads.register_forward_hook(lambda module, inputs, z: seen.append(z.detach()))
+               for layer in model.layers]
+    mode = model.training
+    model.eval()
+    try:
+        model(ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(mode)
+    return seen
+
+
+def _head_slices(layer: AttentionLayer, head: int) -> tuple[Tensor, ...]:
+    """Head ``head``'s ``W_Q, W_K, W_V (d_model, d_head)`` and ``W_O (d_head, d_model)``, for row vectors: the head's
+    query is ``x W_Q``, and what it adds to the residual stream is ``z W_O``."""
+    rows = slice(head * layer.d_head, (head + 1) * layer.d_head)
+    return (layer.w_q.weight[rows].T, layer.w_k.weight[rows].T, layer.w_v.weight[rows].T,
+            layer.w_o.weight[:, rows].T)
+
+
+@torch.no_grad()
+def direct_logit_attribution(model: AttentionOnly, ids: Tensor) -> Tensor:
+    """Every part of the residual stream's direct contribution to the logits for ``ids (B, T)``:
+    ``(1 + n_layers * n_heads, B, T, V)``, first the embeddings (token, and position when the model has them), then
+    each head, layer by layer, ``z_h W_O^h W_U``. The model has no LayerNorm and no bias, so the logits are a sum:
+    the parts add up to ``model(ids)`` exactly (up to rounding). Read in eval mode."""
+    z = head_outputs(model, ids)
+    x = model.embed(ids)  # (B, T, d_model)
+    if model.pos_embed is not None:
+        x = x + model.pos_embed(torch.arange(ids.shape[1], device=ids.device))
+    parts = [model.unembed(x)]
+    for layer, outputs in zip(model.layers, z, strict=True):
+        for head in range(layer.n_heads):
+            w_o = _head_slices(layer, head)[3]  # (d_head, d_model)
+            parts.append(model.unembed(outputs[:, head] @ w_o))  # (B, T, d_head) -> (B, T, V)
+    return torch.stack(parts)
+
+
+@torch.no_grad()
+def k_composition(model: AttentionOnly, reader: int = 1, writer: int = 0) -> Tensor:
+    r"""Elhage et al.'s K-composition score of every head of layer ``reader`` with every head of the earlier layer
+    ``writer``: ``(n_heads, n_heads)``, entry ``[r, w]``
+
+    .. math:: \frac{\lVert W_{QK}^{r}\, (W_{OV}^{w})^\top \rVert_F}{\lVert W_{QK}^{r} \rVert_F\,
+              \lVert W_{OV}^{w} \rVert_F}, \qquad W_{QK} = W_Q W_K^\top,\; W_{OV} = W_V W_O ,
+
+    written for row vectors: head ``w`` adds ``x W_{OV}^w`` to a key's residual stream, and head ``r`` scores it
+    ``x_i W_{QK}^r x_j^\top``, so ``W_{QK}^r (W_{OV}^w)^\top`` is how much of the second reads what the first wrote.
+    Between 0 and 1; random matrices of width ``d`` give about ``1 / \sqrt{d}``."""
+    if not 0 <= writer < reader < len(model.layers):
+        raise ValueError(f"need 0 <= writer < reader < n_layers = {len(model.layers)}, got writer={writer}, "
+                         f"reader={reader}")
+    heads = range(model.sizes.n_heads)
+    qk = [(lambda w: w[0] @ w[1].T)(_head_slices(model.layers[reader], h)) for h in heads]  # (d, d) each
+    ov = [(lambda w: w[2] @ w[3])(_head_slices(model.layers[writer], h)) for h in heads]
+    return torch.tensor([[(a @ b.T).norm() / (a.norm() * b.norm()) for b in ov] for a in qk])
 
 
 def formed_at(history: InductionHistory, vocab: int) -> int | None:

@@ -6,7 +6,10 @@ just before the query (:func:`previous_token_score`), how much goes to the
 token that followed the query's earlier occurrence on a repeated sequence
 (:func:`induction_score`), then causal evidence rather than pictures: a head's
 output replaced by zeros or by its mean (:func:`ablate_head`) and the loss on
-the repeated part of a sequence with that head ablated (:func:`repeat_loss`).
+the repeated part of a sequence with that head ablated (:func:`repeat_loss`). Then the two halves of a
+circuit that ablation cannot tell apart: what a head *copies*, read off its weights (:func:`ov_circuit`,
+:func:`copying_score`), and how much of a behaviour a head's output *restores* when it is patched from a clean
+run into a corrupted one (:func:`patch_head`).
 
 A head's attention map is its weights for one sequence, ``(T_q, T_k)``: row
 ``i`` is query ``i``, spread over the keys it may attend, and sums to 1 (a
@@ -31,8 +34,12 @@ __all__ = [
     "induction_score",
     "ablate_head",
     "repeat_loss",
+    "ov_circuit",
+    "copying_score",
+    "patch_head",
     "heatmap_facts",  # concept checks
     "largest_term",
+    "ablation_reading",
 ]
 
 
@@ -221,6 +228,139 @@ def repeat_loss(model: nn.Module, tokens: Tensor, period: int, site: nn.Module |
     return F.cross_entropy(predicted.flatten(0, 1), tokens[:, period + 1:].flatten())
 
 
+def _check_head(model: nn.Module, layer: int, head: int) -> None:
+    n_layers = len(model.layers)
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer must be in [0, n_layers) = [0, {n_layers}), got {layer}")
+    n_heads = model.layers[layer].n_heads
+    if not 0 <= head < n_heads:
+        raise ValueError(f"head must be in [0, n_heads) = [0, {n_heads}), got {head}")
+
+
+def ov_circuit(model: nn.Module, layer: int, head: int) -> Tensor:
+    r"""What head ``head`` of layer ``layer`` adds to the logits when it attends to a token: its OV circuit,
+    ``(V, V)``.
+
+    .. math:: C^h = W_E\, W_V^h\, W_O^h\, W_U^\top
+
+    Row ``a`` holds what the head adds to every token's logit when it attends to a token ``a`` alone, along the
+    direct path (the embedding of ``a``, the head's values, its share of the output projection, the
+    unembedding). For an :class:`~attention_course.induction.AttentionOnly` model, whose linear maps act on
+    row vectors (``v = x W^\top`` for an ``nn.Linear`` of weight ``W``):
+
+    - ``W_E = model.embed.weight``, ``(V, d_model)``;
+    - ``W_V^h``, ``(d_model, d_head)``: rows ``h d_head .. (h + 1) d_head - 1`` of
+      ``model.layers[layer].w_v.weight``, transposed (head ``h``'s values are those outputs of ``w_v``);
+    - ``W_O^h``, ``(d_head, d_model)``: the same range of the *columns* of ``model.layers[layer].w_o.weight``,
+      transposed (``w_o`` reads head ``h``'s output from those inputs);
+    - ``W_U = model.unembed.weight``, ``(V, d_model)``: the model has an unembedding of its own, not the
+      embedding reused.
+
+    Args:
+        model: an ``AttentionOnly`` model (``embed``, ``layers[i].w_v``, ``layers[i].w_o``, ``layers[i].n_heads``,
+            ``layers[i].d_head``, ``unembed``); it is not modified.
+        layer, head: ``0 <= layer < n_layers``, ``0 <= head < n_heads``.
+
+    Returns:
+        ``(V, V)``, in the dtype of the weights.
+
+    Raises:
+        ValueError: if ``layer`` or ``head`` is out of range.
+    """
+    _check_head(model, layer, head)
+    attention = model.layers[layer]
+    rows = slice(head * attention.d_head, (head + 1) * attention.d_head)
+    w_v = attention.w_v.weight[rows].T  # (d_head, d_model) -> (d_model, d_head)
+    w_o = attention.w_o.weight[:, rows].T  # (d_model, d_head) -> (d_head, d_model)
+    return model.embed.weight @ w_v @ w_o @ model.unembed.weight.T  # (V, d) (d, d_h) (d_h, d) (d, V) -> (V, V)
+
+
+def copying_score(circuit: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Whether an OV circuit *copies*: ``(share, positivity)``.
+
+    ``share`` is the fraction of the rows whose largest entry is on the diagonal: attending to token ``a``
+    raises the logit of ``a`` more than any other. ``positivity`` is Olsson et al.'s eigenvalue score
+
+    .. math:: \frac{\sum_k \mathrm{Re}\,\lambda_k}{\sum_k \lvert \lambda_k \rvert}
+
+    over the eigenvalues :math:`\lambda_k` of the circuit: +1 when every eigenvalue is positive (the circuit
+    maps every direction to itself, scaled up: it copies), -1 when every one is negative (it suppresses what it
+    attends to), about 0 for a random matrix.
+
+    Args:
+        circuit: ``(V, V)``, floating point, e.g. from :func:`ov_circuit`.
+
+    Returns:
+        Two 0-d tensors in the dtype of ``circuit``: ``share`` in ``[0, 1]`` and ``positivity`` in ``[-1, 1]``.
+
+    Raises:
+        ValueError: if ``circuit`` is not a square 2-D floating-point matrix.
+    """
+    if not isinstance(circuit, Tensor) or not circuit.is_floating_point() or circuit.dim() != 2 \
+            or circuit.shape[0] != circuit.shape[1]:
+        shape = tuple(circuit.shape) if isinstance(circuit, Tensor) else type(circuit).__name__
+        raise ValueError(f"circuit must be a square floating-point matrix (V, V), got {shape}")
+    tokens = torch.arange(circuit.shape[0], device=circuit.device)
+    share = (circuit.argmax(dim=-1) == tokens).to(circuit.dtype).mean()  # each row's largest entry: its own token?
+    eigenvalues = torch.linalg.eigvals(circuit)  # (V,), complex
+    positivity = (eigenvalues.real.sum() / eigenvalues.abs().sum()).to(circuit.dtype)
+    return share, positivity
+
+
+def patch_head(model: nn.Module, clean: Tensor, corrupted: Tensor, period: int, site: nn.Module,
+               head: int) -> Tensor:
+    r"""The fraction of the copy loss that head ``head``'s output, patched from a clean run into a corrupted one,
+    restores.
+
+    ``clean (B, T)`` repeats every ``period`` positions; ``corrupted`` is the same sequences with the first
+    occurrence replaced, so that nothing can be copied. Run the model on ``clean`` and keep what ``site`` outputs,
+    ``z (B, n_heads, T, d_head)``; then run it on ``corrupted`` with head ``head``'s slice of ``site``'s output
+    replaced by the clean one, ``ablate_head(z, head, clean_z[:, head])``, and compare the three losses of
+    :func:`repeat_loss`:
+
+    .. math:: r = \frac{L_\text{corrupted} - L_\text{patched}}{L_\text{corrupted} - L_\text{clean}}
+
+    1: the head's clean output alone brings the model back to its clean loss; 0: it changes nothing; negative:
+    it makes the corrupted run worse. Every run is in eval mode, without gradients; every hook lives for one run
+    only, and the model is given back in the mode it came in.
+
+    Args:
+        model: maps ``tokens (B, T)`` to ``logits (B, T, V)``.
+        clean, corrupted: ``(B, T)`` token ids of the same shape, ``T >= period + 2``.
+        period: ``P >= 1``.
+        site: a module of ``model`` whose output is the heads' ``z``, such as ``model.layers[1].hook_heads``.
+        head: ``0 <= head < n_heads``.
+
+    Returns:
+        A 0-d tensor: the restored fraction.
+
+    Raises:
+        ValueError: if ``clean`` and ``corrupted`` differ in shape, or give the same loss (nothing to restore),
+            and as :func:`repeat_loss` does for bad tokens or period.
+    """
+    if not isinstance(clean, Tensor) or not isinstance(corrupted, Tensor) or clean.shape != corrupted.shape:
+        shapes = [tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__ for t in (clean, corrupted)]
+        raise ValueError(f"clean and corrupted must be token ids of the same shape (B, T), got {shapes[0]} and "
+                         f"{shapes[1]}")
+    kept: list[Tensor] = []
+    handle = site.register_forward_hook(lambda module, inputs, z: kept.append(z.detach()))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(clean)
+    finally:
+        handle.remove()
+        model.train(was_training)
+    clean_z = kept[-1]  # (B, n_heads, T, d_head)
+    loss_clean, loss_corrupted = repeat_loss(model, clean, period), repeat_loss(model, corrupted, period)
+    if abs(float(loss_corrupted - loss_clean)) < 1e-6:
+        raise ValueError(f"the clean and corrupted tokens give the same loss, {float(loss_clean):.4g}: there is "
+                         f"nothing for a head to restore")
+    patched = repeat_loss(model, corrupted, period, site, head, clean_z[:, head])  # (B, T, d_head) replaces it
+    return (loss_corrupted - patched) / (loss_corrupted - loss_clean)
+
+
 # ================================================================ concept checks
 
 def heatmap_facts(n_tokens: int, d_model: int, n_layers: int, n_heads: int,
@@ -239,3 +379,19 @@ def largest_term(weights: list[float], value_norms: list[float]) -> int:
     nothing."""
     terms = [w * n for w, n in zip(weights, value_norms, strict=True)]
     return max(range(len(terms)), key=terms.__getitem__)
+
+
+def ablation_reading(intact: float, without_one: float, without_all: float, uniform: float) -> str:
+    """What the losses of a zero ablation say about a group of heads *of one layer*: the model's loss intact, with
+    one of the heads removed (the worst such head), with all of them removed, and the uniform guess's.
+
+    A removal *costs* when it takes the loss past the midpoint between the intact loss and the uniform guess.
+    The answer is ``"not needed"`` when removing all of them costs nothing, ``"each needed"`` when removing one
+    already costs, and ``"redundant"`` when only removing all of them costs: the heads do one job side by side,
+    each adding part of it. Never ``"backup"``: heads of one layer all read the same residual stream at the same
+    time, so none can see that another was removed and take over (backup heads are heads of a *later* layer that
+    change what they do when an earlier one is removed)."""
+    middle = (intact + uniform) / 2
+    if without_all < middle:
+        return "not needed"
+    return "each needed" if without_one >= middle else "redundant"

@@ -7,31 +7,12 @@ on seeded attention maps, softmax rows with and without a causal mask; ``ablate_
 dropout on its attention weights (so that a loss measured in training mode is seen to change), built afresh for
 every call so that one call cannot leave anything for the next.
 
-The contract, sentence by sentence, and the check that holds each sentence:
-
-- ``attention_entropy``: the entropy of every row, in nats, averaged over the queries, ``T_q != T_k``, any leading
-  axes, one number per map (``attention_entropy_values``); ``0 ln 0 = 0``, so masked keys add nothing and give no
-  NaN, and a row of zeros has entropy 0 and counts in the mean (``attention_entropy_zeros``); a single map gives a
-  0-d result, the dtype is kept, the input untouched, gradients flow; ValueError for fewer than 2 axes or integer
-  weights (``attention_entropy_contract``).
-- ``previous_token_score``: ``w[i, i-1]`` averaged over the queries ``1..T-1`` (query 0 left out), any leading
-  axes, the dtype kept (``previous_token_score_values``); ValueError for maps that are not square, or ``T < 2``
-  (``previous_token_score_errors``).
-- ``induction_score``: ``w[i, i-P+1]`` averaged over the queries ``P..T-1``, any leading axes, ``P = 1`` and
-  ``P = T - 1`` too, the dtype kept (``induction_score_values``); ValueError for ``P`` outside ``[1, T)``, or maps
-  that are not square (``induction_score_errors``).
-- ``ablate_head``: head ``head``'s slice of ``(B, n_heads, T, d_head)`` set to 0, the others unchanged
-  (``ablate_head_zero``); ``mean`` replaces the slice, broadcast from ``(T, d_head)``, ``(d_head,)`` or
-  ``(1, T, d_head)`` (``ablate_head_mean``); a new tensor (the input untouched), the dtype kept, gradients to the
-  other heads; ValueError for ``head`` outside ``[0, n_heads)`` (``-1`` too), a ``z`` that is not 4-D, a ``mean``
-  that does not broadcast (``ablate_head_contract``).
-- ``repeat_loss``: the mean cross-entropy of the targets ``P+1..T-1`` from the logits at ``P..T-2``, over the
-  batch, the model in eval mode (``repeat_loss_values``); with ``site`` and ``head``, the head ablated through a
-  forward hook, by zeros or by ``mean`` (``repeat_loss_ablated``); the hook removed before returning, also when the
-  model raises, and the model's mode given back; ValueError for only one of ``site`` and ``head``, or
-  ``T < P + 2`` (``repeat_loss_hooks``).
-- ``heatmap_facts``: the shape of one head's map, the number of maps, the nonzero entries of a causal row;
-  ``largest_term``: the key with the largest ``w_j ‖v_j W_O‖``, not the largest weight (``*_answer``).
+The contract, sentence by sentence, and the check that holds each sentence, is tabled beside this file, in
+``trained_attention_contract.md``. ``ov_circuit`` runs on the tiny model and on a hand-built induction circuit
+(``attention_course.induction.hand_built_induction``), whose induction head copies exactly; ``copying_score`` on
+seeded matrices chosen so that every declared mistake gives another answer; ``patch_head`` on the hand-built circuit,
+whose induction head restores the whole loss and whose previous-token head none of it, and on the tiny model in
+training mode, so that a clean run recorded with dropout on is seen to change.
 """
 
 from __future__ import annotations
@@ -41,10 +22,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.induction import AttentionOnly, AttentionOnlySizes, repeated_tokens
+from attention_course.induction import AttentionOnly, AttentionOnlySizes, hand_built_induction, repeated_tokens
 from autograder.checks.core import (
     Check,
     Observations,
+    Raised,
     attempt,
     declare,
     observe_contract,
@@ -246,6 +228,156 @@ def _probe_repeat_hooks(student: Any) -> Observations:
 register("repeat_loss_hooks", _probe_repeat_hooks)
 
 
+# ================================================================ ov_circuit
+
+def tiny_model64() -> AttentionOnly:
+    """The tiny model in float64."""
+    return tiny_model(training=False).double()
+
+
+#: The models the checks of ov_circuit and patch_head build, each afresh for every call.
+MODELS = {"tiny": tiny_model, "tiny, float64": tiny_model64, "hand-built": hand_built_induction}
+
+
+def _circuit_of(student: Any, model: str, layer: int, head: int) -> Any:
+    return student(MODELS[model](), layer, head)
+
+
+OV_VALUES = declare(Check("ov_circuit_values", [  # (model, layer, head)
+    ("tiny", 0, 2),  # the last head of layer 0
+    ("tiny", 1, 0),
+    ("hand-built", 1, 0),  # an induction head written by hand: it copies, ten logits for one
+    ("tiny, float64", 1, 1),
+], call=_circuit_of))
+
+
+def _probe_ov_contract(student: Any) -> Observations:
+    model = tiny_model64()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    result = attempt(lambda: student(model, 1, 2))
+    changed = sorted(name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name]))
+    return {
+        "dtype": result if isinstance(result, Raised) else str(getattr(result, "dtype", type(result).__name__)),
+        "changed": changed,
+        "errors": [attempt(lambda: student(tiny_model(), 2, 0)),  # 2 layers: 0 and 1
+                   attempt(lambda: student(tiny_model(), 0, 3)),  # 3 heads: 0, 1, 2
+                   attempt(lambda: student(tiny_model(), 1, -1))],
+    }
+
+
+register("ov_circuit_contract", _probe_ov_contract)
+
+
+# ================================================================ copying_score
+
+def _rotation_block(v: int, seed: int) -> Tensor:
+    """A (v, v) matrix with complex eigenvalues: 2 × 2 rotations scaled by 2, plus noise (|Re λ| < |λ|)."""
+    out = seeded(v, v, seed=seed, scale=0.3)
+    for i in range(0, v - 1, 2):
+        out[i:i + 2, i:i + 2] += torch.tensor([[1.2, -1.6], [1.6, 1.2]])
+    return out
+
+
+COPYING_VALUES = declare(Check("copying_score_values", [  # (circuit (V, V),)
+    (seeded(11, 11, seed=1713),),  # a random circuit: a few rows copy, positivity near 0
+    (torch.eye(8) * 2 + seeded(8, 8, seed=1707, scale=1.3),),  # copying, noisily: rows and columns disagree
+    (-torch.eye(9) * 2 + seeded(9, 9, seed=1703, scale=0.6),),  # suppression: positivity near -1
+    (_rotation_block(10, seed=1704),),  # complex eigenvalues
+]))
+
+_COPYING_CONTRACT = seeded(7, 7, seed=1711, dtype=torch.float64) + torch.eye(7, dtype=torch.float64)
+
+
+def _probe_copying_contract(student: Any) -> Observations:
+    circuit = _COPYING_CONTRACT.clone()
+    result = attempt(lambda: student(circuit))
+    return {
+        "dtypes": result if isinstance(result, Raised) else [str(getattr(part, "dtype", type(part).__name__))
+                                                            for part in (result if isinstance(result, tuple)
+                                                                         else (result,))],
+        "modified": not torch.equal(circuit, _COPYING_CONTRACT),
+        "errors": [attempt(lambda: student(seeded(5, 6, seed=1712))),
+                   attempt(lambda: student(seeded(4, seed=1713))),
+                   attempt(lambda: student(torch.ones(3, 3, dtype=torch.long)))],
+    }
+
+
+register("copying_score_contract", _probe_copying_contract)
+
+
+# ================================================================ patch_head
+
+def _corrupted(clean: Tensor, period: int, vocab: int, seed: int) -> Tensor:
+    """``clean`` with its first ``period`` tokens drawn again (each one changed), so that the repeat has nothing to
+    copy from."""
+    shift = torch.randint(1, vocab, clean[:, :period].shape, generator=torch.Generator().manual_seed(seed))
+    out = clean.clone()
+    out[:, :period] = (clean[:, :period] + shift) % vocab
+    return out
+
+
+def _patch_case(model: str, batch: int, period: int, length: int, layer: int, head: int, seed: int) -> tuple:
+    vocab = 8 if model == "hand-built" else TINY.vocab
+    first = repeated_tokens(batch, period, vocab, torch.Generator().manual_seed(seed))[:, :period]
+    clean = first.repeat(1, -(-length // period))[:, :length]
+    return model, clean, _corrupted(clean, period, vocab, seed + 1), period, layer, head
+
+
+def _patch_twice(student: Any, model: str, clean: Tensor, corrupted: Tensor, period: int, layer: int,
+                 head: int) -> Any:
+    """The learner's restored fraction of one case, computed twice on fresh copies of the model: the same number
+    twice unless dropout was active."""
+
+    def once() -> Any:
+        built = MODELS[model]()
+        result = student(built, clean.clone(), corrupted.clone(), period, built.layers[layer].hook_heads, head)
+        return float(result) if isinstance(result, Tensor) and result.numel() == 1 else result
+
+    return (once(), once())
+
+
+PATCH_VALUES = declare(Check("patch_head_values", [  # (model, clean, corrupted, period, layer, head)
+    _patch_case("hand-built", 4, 6, 12, 0, 0, seed=1803),  # the previous-token head: the keys, not the values
+    _patch_case("tiny", 3, 5, 12, 1, 2, seed=1805),  # dropout on: a clean run in training mode changes
+    _patch_case("tiny", 2, 6, 14, 0, 1, seed=1807),
+    _patch_case("hand-built", 4, 6, 12, 1, 0, seed=1801),  # the induction head: the whole gap back (last: at
+], call=_patch_twice))  # r = 1, "the fraction left" and "nothing patched" both give 0)
+
+#: the clean and corrupted tokens every run of patch_head_contract reads
+CONTRACT_CLEAN, CONTRACT_CORRUPTED = _patch_case("tiny", 2, 5, 12, 1, 0, seed=1811)[1:3]
+
+
+def _probe_patch_contract(student: Any) -> Observations:
+    def after(model: AttentionOnly, call: Any) -> dict[str, Any]:
+        """What is left of ``model`` once ``call()`` has returned or raised: its mode, the hooks still registered
+        anywhere in it, and its logits on the clean tokens in eval mode."""
+        result = attempt(call)
+        hooks = sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
+        training = model.training
+        model.eval()
+        with torch.no_grad():
+            logits = attempt(lambda: model(CONTRACT_CLEAN.clone()))
+        return {"result": float(result) if isinstance(result, Tensor) and result.numel() == 1 else result,
+                "hooks": hooks, "training": training, "logits": logits}
+
+    def refused(corrupted: Tensor) -> Any:
+        """The call that must raise: the clean tokens against ``corrupted``, equal to them or of another shape."""
+        model = tiny_model()
+        return student(model, CONTRACT_CLEAN.clone(), corrupted.clone(), 5, model.layers[1].hook_heads, 0)
+
+    trained, evaluated = tiny_model(), tiny_model(training=False)
+    return {
+        "training": after(trained, lambda: student(trained, CONTRACT_CLEAN.clone(), CONTRACT_CORRUPTED.clone(), 5,
+                                                   trained.layers[1].hook_heads, 0)),
+        "eval": after(evaluated, lambda: student(evaluated, CONTRACT_CLEAN.clone(), CONTRACT_CORRUPTED.clone(), 5,
+                                                 evaluated.layers[0].hook_heads, 2)),
+        "errors": [attempt(lambda: refused(CONTRACT_CLEAN)), attempt(lambda: refused(CONTRACT_CORRUPTED[:, :10]))],
+    }
+
+
+register("patch_head_contract", _probe_patch_contract)
+
+
 # ================================================================ concept checks
 
 HEATMAP_FACTS_CASES = [(9, 768, 12, 12, 4), (5, 512, 6, 8, 0), (40, 64, 2, 4, 39), (7, 96, 3, 6, 2)]
@@ -256,5 +388,14 @@ LARGEST_TERM_CASES = [
     ([0.5, 0.2, 0.2, 0.1], [0.1, 2.0, 1.0, 4.5]),
 ]
 
+ABLATION_READING_CASES = [
+    (0.18, 0.29, 4.3, 4.16),  # four induction heads of one layer: one removed, then all four
+    (0.18, 0.74, 4.42, 4.16),  # two previous-token heads
+    (0.18, 0.2, 0.35, 4.16),  # the heads that are neither
+    (0.5, 2.9, 3.1, 3.0),  # one head removed already costs the job
+    (0.18, 0.3, 3.2, 4.16),  # all of them removed: past the midpoint, short of the uniform guess
+]
+
 register("heatmap_facts_answer", probe_answers(HEATMAP_FACTS_CASES))
 register("largest_term_answer", probe_answers(LARGEST_TERM_CASES))
+register("ablation_reading_answer", probe_answers(ABLATION_READING_CASES))

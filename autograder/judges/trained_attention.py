@@ -1,28 +1,32 @@
 """Judges of Chapter 8 (``08_trained_attention``), against :mod:`solutions.trained_attention`.
 
 Every check id is the ``grade_id`` of the test cell that runs it; its cases and probe are in
-:mod:`autograder.checks.trained_attention`, with the table of which check holds which sentence of the contract.
-Each ``Suspect`` recomputes, on the same inputs, what one plausible mistake would return, so that a failing
-learner is told which mistake it looks like.
+:mod:`autograder.checks.trained_attention`, and the sentence of the contract each one holds is tabled in
+``autograder/checks/trained_attention_contract.md``. Every mistake a judge names is declared once, in
+:mod:`attention_course.mistakes.trained_attention`, which the exercise notebook's visible checks read too: the
+judges pass the reference as ``right`` (``declared(known.GROUP, reference)``) and raise the value-free ones with
+``mistake(known.NAME, what, **fields)``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from attention_course.testing import DTYPE_CHANGED, NO_RETURN
+from attention_course.mistakes import trained_attention as known
+from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE, NO_RETURN
 from autograder.checks.core import Mistake, Observations, Raised
 from autograder.checks.trained_attention import (
     _ABLATE_CONTRACT,
     _ENTROPY_CONTRACT,
     ABLATE_MEAN,
     ABLATE_ZERO,
+    ABLATION_READING_CASES,
+    CONTRACT_CLEAN,
+    COPYING_VALUES,
     ENTROPY_VALUES,
     ENTROPY_ZEROS,
     HEATMAP_FACTS_CASES,
@@ -30,6 +34,9 @@ from autograder.checks.trained_attention import (
     INDUCTION_ERRORS,
     INDUCTION_VALUES,
     LARGEST_TERM_CASES,
+    MODELS,
+    OV_VALUES,
+    PATCH_VALUES,
     PREVIOUS_ERRORS,
     PREVIOUS_VALUES,
     REPEAT_ABLATED,
@@ -38,21 +45,17 @@ from autograder.checks.trained_attention import (
 )
 from autograder.judges.core import (
     Compare,
-    Suspect,
+    declared,
     judge,
     judge_answers,
     judge_contract,
     judge_tensor,
     judge_value_error,
+    mistake,
     register,
     value_errors,
 )
 from solutions import trained_attention as ref
-
-ZERO_LOG_ZERO = "NaN from 0 ln 0"
-TRAINING_MODE = "model run in training mode"
-MODE_NOT_RESTORED = "model's mode not given back"
-HOOK_LEFT = "hook left registered"
 
 
 def _shape(x: Tensor) -> str:
@@ -66,52 +69,20 @@ def _keeps_dtype(out: Any, what: str, weights: Tensor, *rest: Any) -> None:
                       f"`.float()`, no `torch.tensor(...)` of results", DTYPE_CHANGED)
 
 
+def _judge_refusals(raised: list, calls: list[tuple[str, tuple[str, ...]]]) -> None:
+    for got, (what, words) in zip(raised, calls, strict=True):
+        judge_value_error(got, what, words)
+
+
 # ================================================================ attention_entropy
-
-def _row_entropy(w: Tensor) -> Tensor:
-    return -torch.special.xlogy(w, w).sum(dim=-1)  # (..., T_q)
-
-
-def _entropy_suspects(w: Tensor) -> list[Suspect]:
-    h = ref.attention_entropy(w)
-    return [
-        Suspect("the entropy is in bits (log base 2); measure it in nats, with the natural logarithm",
-                "bits instead of nats", lambda: h / math.log(2)),
-        Suspect(f"it is summed over the {w.shape[-2]} queries: average the rows' entropies instead",
-                "queries summed, not averaged", lambda: h * w.shape[-2]),
-        Suspect("it is negative: the entropy is -Σ w ln w, and ln w <= 0 for a weight", "minus sign missing",
-                lambda: -h),
-        Suspect("it is the entropy of the columns: a row, one query's weights over the keys (the last axis), "
-                "is the distribution", "entropy over the wrong axis",
-                lambda: -torch.special.xlogy(w, w).sum(dim=-2).mean(dim=-1)),
-        Suspect("-w ln w is averaged over the keys: sum it over the keys, then average over the queries",
-                "keys averaged, not summed", lambda: h / w.shape[-1]),
-        Suspect(f"it is divided by ln T_k = ln {w.shape[-1]}: the chapter's entropy is in nats, not normalised",
-                "normalised entropy", lambda: h / math.log(w.shape[-1])),
-        Suspect(f"it gives one entropy per query, {_shape(_row_entropy(w))}: average the rows of each map, to one "
-                f"number per map {_shape(h)}", "queries not averaged", lambda: _row_entropy(w)),
-    ]
-
-
-def _entropy_zero_suspects(w: Tensor) -> list[Suspect]:
-    rows = _row_entropy(w)
-    alive = (w > 0).any(dim=-1)  # (..., T_q): rows with some weight
-    return [
-        *_entropy_suspects(w),
-        Suspect("NaN where a key has weight 0: 0 · ln 0 is NaN in floating point, but the entropy takes it as 0 "
-                "(its limit); use torch.special.xlogy(w, w), or put 0 where the weight is 0 before the sum",
-                ZERO_LOG_ZERO, lambda: -(w * w.log()).sum(dim=-1).mean(dim=-1)),
-        Suspect("a query whose keys were all masked has entropy 0 and still counts in the mean over the queries",
-                "zero rows left out", lambda: (rows * alive).sum(dim=-1) / alive.sum(dim=-1)),
-    ]
-
 
 def _entropy_what(w: Tensor) -> str:
     return f"attention_entropy(weights of shape {_shape(w)})"
 
 
-judge(Compare(ENTROPY_VALUES, ref.attention_entropy, _entropy_what, _entropy_suspects))
-judge(Compare(ENTROPY_ZEROS, ref.attention_entropy, _entropy_what, _entropy_zero_suspects))
+judge(Compare(ENTROPY_VALUES, ref.attention_entropy, _entropy_what, declared(known.ENTROPY, ref.attention_entropy)))
+judge(Compare(ENTROPY_ZEROS, ref.attention_entropy, _entropy_what,
+              declared(known.ENTROPY_ZEROS, ref.attention_entropy)))
 
 
 def _judge_entropy_contract(obs: Observations) -> None:
@@ -126,103 +97,37 @@ register("attention_entropy_contract", _judge_entropy_contract)
 
 # ================================================================ previous_token_score
 
-def _previous_suspects(w: Tensor) -> list[Suspect]:
-    t = w.shape[-1]
-    below = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)  # (..., T - 1): w[i, i-1]
-    return [
-        Suspect(f"query 0 has no previous token: average w[i, i-1] over the {t - 1} queries 1..T-1, not over all {t}",
-                "query 0 counted", lambda: below.sum(dim=-1) / t),
-        Suspect("it reads the diagonal, each query's weight on itself: the previous token is one key to the left, "
-                "w[i, i-1], the diagonal below it", "the token itself instead of the previous one",
-                lambda: torch.diagonal(w, dim1=-2, dim2=-1).mean(dim=-1)),
-        Suspect("it reads w[i, i+1], the key after the query; rows are queries, columns keys, so the previous "
-                "token is the diagonal below the main one (offset -1)", "next token instead of previous",
-                lambda: torch.diagonal(w, offset=1, dim1=-2, dim2=-1).mean(dim=-1)),
-        Suspect("the weights are summed over the queries: average them, to a score between 0 and 1",
-                "sum instead of mean", lambda: below.sum(dim=-1)),
-    ]
-
-
 def _previous_what(w: Tensor) -> str:
     return f"previous_token_score(weights of shape {_shape(w)}, {str(w.dtype).removeprefix('torch.')})"
 
 
-judge(Compare(PREVIOUS_VALUES, ref.previous_token_score, _previous_what, _previous_suspects, guard=_keeps_dtype))
-register("previous_token_score_errors", value_errors(PREVIOUS_ERRORS, [
-    ("previous_token_score(weights of shape (2, 4, 6)): 4 queries, 6 keys", ("T",)),
-    ("previous_token_score(weights of shape (3, 1, 1)): T = 1", ("T",)),
-]))
+judge(Compare(PREVIOUS_VALUES, ref.previous_token_score, _previous_what,
+              declared(known.PREVIOUS, ref.previous_token_score), guard=_keeps_dtype))
+register("previous_token_score_errors", value_errors(PREVIOUS_ERRORS, known.PREVIOUS_REFUSED))
 
 
 # ================================================================ induction_score
-
-def _induction_suspects(w: Tensor, period: int) -> list[Suspect]:
-    t = w.shape[-1]
-    after = torch.diagonal(w, offset=-(period - 1), dim1=-2, dim2=-1)  # (..., T - P + 1): w[i, i-P+1], i >= P-1
-    return [
-        Suspect(f"it reads w[i, i-{period}], the earlier occurrence of the current token itself (a duplicate-token "
-                f"head); an induction head attends the token after it, w[i, i-{period}+1], which comes next",
-                "the earlier occurrence itself", lambda: torch.diagonal(w, offset=-period, dim1=-2, dim2=-1)
-                .mean(dim=-1)),
-        Suspect(f"query {period - 1} is still in the first occurrence: it has seen no repeat; average over the "
-                f"queries {period}..{t - 1}", "query P-1 counted", lambda: after.mean(dim=-1)),
-        Suspect(f"the sum over the {t - period} repeated queries is divided by all {t}: average over the repeated "
-                f"queries only", "averaged over every query", lambda: after[..., 1:].sum(dim=-1) / t),
-        Suspect("the weights are summed over the queries: average them, to a score between 0 and 1",
-                "sum instead of mean", lambda: after[..., 1:].sum(dim=-1)),
-    ]
-
 
 def _induction_what(w: Tensor, period: int) -> str:
     return f"induction_score(weights of shape {_shape(w)}, {str(w.dtype).removeprefix('torch.')}, period={period})"
 
 
-judge(Compare(INDUCTION_VALUES, ref.induction_score, _induction_what, _induction_suspects, guard=_keeps_dtype))
-register("induction_score_errors", value_errors(INDUCTION_ERRORS, [
-    ("induction_score(weights of shape (2, 6, 6), period=0)", ("period",)),
-    ("induction_score(weights of shape (2, 6, 6), period=6): no query after the period", ("period",)),
-    ("induction_score(weights of shape (5, 8), period=2): 5 queries, 8 keys", ()),
-]))
+judge(Compare(INDUCTION_VALUES, ref.induction_score, _induction_what, declared(known.INDUCTION, ref.induction_score),
+              guard=_keeps_dtype))
+register("induction_score_errors", value_errors(INDUCTION_ERRORS, known.INDUCTION_REFUSED))
 
 
 # ================================================================ ablate_head
-
-def _zeroed(z: Tensor, index: tuple) -> Tensor:
-    out = z.clone()
-    out[index] = 0.0
-    return out
-
-
-def _ablate_suspects(z: Tensor, head: int, mean: Tensor | None = None) -> list[Suspect]:
-    others = [h for h in range(z.shape[1]) if h != head]
-    suspects = [
-        Suspect(f"the slice along axis 2 was replaced: z is (B, n_heads, T, d_head), head {head} is z[:, {head}]",
-                "head taken from the wrong axis", lambda: _zeroed(z, (slice(None), slice(None), head))),
-        Suspect(f"every head but {head} was replaced: ablating head {head} removes that head alone",
-                "every other head ablated", lambda: _zeroed(z, (slice(None), others))),
-        Suspect(f"head {(head - 1) % z.shape[1]} was replaced: heads are counted from 0, head {head} is z[:, {head}]",
-                "heads counted from 1", lambda: _zeroed(z, (slice(None), head - 1))),
-    ]
-    if mean is None:
-        return suspects
-    return [
-        Suspect("the head's output became zeros: with `mean` given, the head's slice becomes `mean` (mean "
-                "ablation), broadcast over the batch", "mean ignored", lambda: ref.ablate_head(z, head)),
-        Suspect("`mean` was added to the head's output: it replaces it", "mean added instead of replacing",
-                lambda: z + F.one_hot(torch.tensor(head), z.shape[1]).to(z.dtype)[:, None, None] * mean),
-        Suspect("the head's slice became its average over this batch: `mean` is given, computed beforehand over a "
-                "reference batch; use it", "mean taken from z", lambda: ref.ablate_head(z, head, z[:, head].mean(0))),
-        *suspects,
-    ]
-
 
 def _ablate_what(z: Tensor, head: int, mean: Tensor | None = None) -> str:
     extra = "" if mean is None else f", mean of shape {_shape(mean)}"
     return f"ablate_head(z of shape {_shape(z)}, head={head}{extra})"
 
 
-judge(Compare(ABLATE_ZERO, ref.ablate_head, _ablate_what, _ablate_suspects, atol=0.0, rtol=0.0))
-judge(Compare(ABLATE_MEAN, ref.ablate_head, _ablate_what, _ablate_suspects, atol=1e-7, rtol=0.0))
+judge(Compare(ABLATE_ZERO, ref.ablate_head, _ablate_what, declared(known.ABLATE, ref.ablate_head), atol=0.0,
+              rtol=0.0))
+judge(Compare(ABLATE_MEAN, ref.ablate_head, _ablate_what, declared(known.ABLATE_MEAN, ref.ablate_head), atol=1e-7,
+              rtol=0.0))
 
 
 def _judge_ablate_contract(obs: Observations) -> None:
@@ -230,12 +135,7 @@ def _judge_ablate_contract(obs: Observations) -> None:
                    "ablate_head(z, 1)")
     judge_contract(obs["mean"], lambda z, mean: ref.ablate_head(z, 2, mean), _ABLATE_CONTRACT, 1425,
                    "ablate_head(z, 2, mean)")
-    calls = [("ablate_head(z of shape (2, 3, 4, 5), head=3): 3 heads, 0 to 2", ("head",)),
-             ("ablate_head(z of shape (2, 3, 4, 5), head=-1)", ("head",)),
-             ("ablate_head(z of shape (3, 4, 5), head=0): no batch axis", ("(3, 4, 5)",)),
-             ("ablate_head(z of shape (2, 3, 4, 5), head=0, mean of shape (3,)): d_head is 5", ("(3,)",))]
-    for raised, (what, words) in zip(obs["errors"], calls, strict=True):
-        judge_value_error(raised, what, words)
+    _judge_refusals(obs["errors"], known.ABLATE_REFUSED)
 
 
 register("ablate_head_contract", _judge_ablate_contract)
@@ -243,12 +143,12 @@ register("ablate_head_contract", _judge_ablate_contract)
 
 # ================================================================ repeat_loss
 
-#: What the reference computes on the tiny model for each fixed case, computed once per process: the grader judges
+#: What the reference computes on the tiny models for each fixed case, computed once per process: the grader judges
 #: a whole class against the same values, and these forward passes were most of this chapter's judging time.
-_ONCE: dict[tuple, Tensor] = {}
+_ONCE: dict[tuple, Any] = {}
 
 
-def _once(compute: Callable[[], Tensor], *inputs: Any) -> Tensor:
+def _once(compute: Callable[[], Any], *inputs: Any) -> Any:
     """``compute()``, remembered under ``inputs`` (compared by value: tensors by their shape and bytes)."""
     key = (compute.__name__, *((tuple(x.shape), x.numpy().tobytes()) if isinstance(x, Tensor) else x for x in inputs))
     if key not in _ONCE:
@@ -273,37 +173,19 @@ def _eval_logits(tokens: Tensor, layer: int | None = None, head: int | None = No
     return _once(logits, tokens, layer, head, mean)
 
 
-def _loss(logits: Tensor, tokens: Tensor, first: int, shift: int = 1) -> Tensor:
-    """The cross-entropy of ``tokens[:, first:]``, scored by the logits ``shift`` positions before them."""
-    scored = logits[:, first - shift:logits.shape[1] - shift]
-    return F.cross_entropy(scored.flatten(0, 1), tokens[:, first:].flatten())
-
-
-def _repeat_suspects(tokens: Tensor, period: int, layer: int | None = None, head: int | None = None,
-                     mean: Tensor | None = None) -> list[Suspect]:
+def _repeat_case(tokens: Tensor, period: int, layer: int | None = None, head: int | None = None,
+                 mean: Tensor | None = None) -> tuple:
+    """A check's case in the form the declarations take: the logits, and for an ablation the intact logits and
+    (for mean ablation) those with the head zeroed."""
     logits = _eval_logits(tokens, layer, head, mean)
-    suspects = [
-        Suspect(f"token {period}, the first of the repeat, is scored: nothing before it says that the span repeats "
-                f"there, so only the targets {period + 1}..T-1 can be copied", "first repeated token scored",
-                lambda: _loss(logits, tokens, period)),
-        Suspect("the logits at position t scored token t: position t predicts token t + 1, so compare "
-                "logits[:, t - 1] with tokens[:, t]", "logits not shifted",
-                lambda: _loss(logits, tokens, period + 1, 0)),
-        Suspect("it is the loss over the whole sequence: only the repeated part, targets P+1..T-1, can be predicted",
-                "loss over the whole sequence", lambda: _loss(logits, tokens, 1)),
-    ]
     if layer is None:
-        return suspects
-    return [
-        Suspect("it is the loss with no head ablated: register a forward hook on `site` that returns "
-                "ablate_head(z, head, mean) (a hook's return value replaces the module's output), before running "
-                "the model", "ablation not applied", lambda: _loss(_eval_logits(tokens), tokens, period + 1)),
-        *([] if mean is None else [Suspect(
-            "the head was zeroed although `mean` was given: pass `mean` on to ablate_head (and let ablate_head use "
-            "it)", "mean not passed on",
-            lambda: _loss(_eval_logits(tokens, layer, head), tokens, period + 1))]),
-        *suspects,
-    ]
+        return logits, tokens, period
+    zeroed = None if mean is None else _eval_logits(tokens, layer, head)
+    return logits, tokens, period, _eval_logits(tokens), zeroed
+
+
+REPEAT_SUSPECTS = declared(known.REPEAT, ref.repeat_loss, case=_repeat_case)
+REPEAT_ABLATED_SUSPECTS = declared(known.REPEAT_ABLATED, ref.repeat_loss, case=_repeat_case)
 
 
 def _repeat_what(tokens: Tensor, period: int, layer: int | None = None, head: int | None = None,
@@ -313,23 +195,26 @@ def _repeat_what(tokens: Tensor, period: int, layer: int | None = None, head: in
     return f"repeat_loss(the tiny model, tokens of shape {_shape(tokens)}, period={period}{where}{extra})"
 
 
-def _as_loss(value: Any, what: str) -> Tensor:
-    """The learner's loss as a 0-d float64 tensor (a number or a one-element tensor)."""
+def _as_number(value: Any, what: str) -> Tensor:
+    """A learner's loss or fraction as a 0-d float64 tensor (a number or a one-element tensor)."""
     if value is None:
-        raise Mistake(f"{what} returned None — did you forget to `return` the loss?", NO_RETURN)
+        raise Mistake(f"{what} returned None — did you forget to `return` it?", NO_RETURN)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Mistake(f"{what} should return the loss, a number or a 0-d tensor, got {value!r:.80}")
+        raise mistake(known.NOT_A_LOSS, what, got=f"{value!r:.80}")
     return torch.tensor(float(value), dtype=torch.float64)
+
+
+def _same_twice(out: Any, what: str) -> Tensor:
+    """The first of two results of one case, which must agree (else the model ran with dropout on)."""
+    first, second = (_as_number(value, what) for value in out)
+    if not torch.equal(first, second):
+        raise mistake(known.TRAINING_MODE, what, first=first.item(), second=second.item())
+    return first
 
 
 def _judge_repeat_one(out: Any, tokens: Tensor, period: int, *ablation: Any) -> None:
     what = _repeat_what(tokens, period, *ablation)
-    first, second = out
-    first, second = _as_loss(first, what), _as_loss(second, what)
-    if not torch.equal(first, second):
-        raise Mistake(f"{what} gave {first.item():.6g}, then {second.item():.6g} on the same model and tokens: the "
-                      f"model ran in training mode, where dropout changes every pass; call model.eval() before "
-                      f"running it", TRAINING_MODE)
+    got = _same_twice(out, what)
     layer, head, mean = (*ablation, None, None, None)[:3]
 
     def reference() -> Tensor:
@@ -338,21 +223,33 @@ def _judge_repeat_one(out: Any, tokens: Tensor, period: int, *ablation: Any) -> 
         return ref.repeat_loss(model, tokens, period, *site).double()
 
     expected = _once(reference, tokens, period, layer, head, mean)
-    judge_tensor(first, expected, what, _repeat_suspects(tokens, period, *ablation), atol=1e-5, rtol=1e-5)
+    suspects = (REPEAT_SUSPECTS if layer is None else REPEAT_ABLATED_SUSPECTS)(tokens, period, *ablation)
+    judge_tensor(got, expected, what, suspects, atol=1e-5, rtol=1e-5)
 
 
-def _judge_repeat(check: Any) -> Any:
+def _judge_each(check: Any, judge_one: Callable[..., None], what: Callable[..., str]) -> Callable[[Observations], None]:
     def judge_all(obs: Observations) -> None:
         for case, out in zip(check.cases, obs[check.key], strict=True):
             if isinstance(out, Raised):
-                raise Mistake(f"{_repeat_what(*case)} {out.describe()}")
-            _judge_repeat_one(out, *case)
+                raise Mistake(f"{what(*case)} {out.describe()}")
+            judge_one(out, *case)
 
     return judge_all
 
 
-register("repeat_loss_values", _judge_repeat(REPEAT_VALUES))
-register("repeat_loss_ablated", _judge_repeat(REPEAT_ABLATED))
+register("repeat_loss_values", _judge_each(REPEAT_VALUES, _judge_repeat_one, _repeat_what))
+register("repeat_loss_ablated", _judge_each(REPEAT_ABLATED, _judge_repeat_one, _repeat_what))
+
+
+def _judge_left_behind(run: dict, what: str, training: bool, clean: Tensor) -> None:
+    """What a call left of the model it was given: no hook, the same logits as before, the mode it came in."""
+    if run["hooks"]:
+        raise mistake(known.HOOK_LEFT, f"after {what}", hooks=run["hooks"])
+    logits = run["logits"]
+    if isinstance(logits, Raised) or not torch.allclose(logits, clean, atol=1e-6):
+        raise mistake(known.HOOK_OUTLIVED, f"after {what}")
+    if run["training"] != training:
+        raise mistake(known.MODE_NOT_RESTORED, f"after {what}", left="training" if run["training"] else "eval")
 
 
 def _judge_repeat_hooks(obs: Observations) -> None:
@@ -370,62 +267,171 @@ def _judge_repeat_hooks(obs: Observations) -> None:
                               f"through")
         elif isinstance(run["result"], Raised):
             raise Mistake(f"{what} {run['result'].describe()}")
-        if run["hooks"]:
-            raise Mistake(f"after {what}, {run['hooks']} hook(s) were still registered on the model: remove the hook "
-                          f"before returning (handle = site.register_forward_hook(...); handle.remove()), in a "
-                          f"`finally:` so that it goes even when the model raises", HOOK_LEFT)
-        logits = run["logits"]
-        if isinstance(logits, Raised) or not torch.allclose(logits, clean, atol=1e-6):
-            raise Mistake(f"after {what}, the model no longer computes what it did: the ablation outlived the call; "
-                          f"remove the hook before returning, in a `finally:`", HOOK_LEFT)
-        if run["training"] != training:
-            raise Mistake(f"after {what}, the model was left in {'training' if run['training'] else 'eval'} mode: "
-                          f"give it back in the mode it came in (mode = model.training; ...; model.train(mode))",
-                          MODE_NOT_RESTORED)
-    calls = [("repeat_loss(model, tokens, 5, site) without head", ("head",)),
-             ("repeat_loss(model, tokens, 5, None, 1): a head without a site", ("site",)),
-             ("repeat_loss(model, tokens of shape (2, 6), 5): T = P + 1 leaves no target to copy", ())]
-    for raised, (what, words) in zip(obs["errors"], calls, strict=True):
-        judge_value_error(raised, what, words)
+        _judge_left_behind(run, what, training, clean)
+    _judge_refusals(obs["errors"], known.REPEAT_REFUSED)
 
 
 register("repeat_loss_hooks", _judge_repeat_hooks)
 
 
+# ================================================================ ov_circuit
+
+def _ov_case(model: str, layer: int, head: int) -> tuple:
+    return MODELS[model](), layer, head
+
+
+def _ov_reference(model: str, layer: int, head: int) -> Tensor:
+    return _once(lambda: ref.ov_circuit(*_ov_case(model, layer, head)).detach(), model, layer, head)
+
+
+def _ov_what(model: str, layer: int, head: int) -> str:
+    return f"ov_circuit(the {model} model, layer={layer}, head={head})"
+
+
+OV_SUSPECTS = declared(known.OV, ref.ov_circuit, case=_ov_case)
+judge(Compare(OV_VALUES, _ov_reference, _ov_what, OV_SUSPECTS, atol=1e-5, rtol=1e-5))
+
+
+def _judge_ov_contract(obs: Observations) -> None:
+    what = "ov_circuit(the tiny model in float64, layer=1, head=2)"
+    if isinstance(obs["dtype"], Raised):
+        raise Mistake(f"{what} {obs['dtype'].describe()}")
+    if obs["changed"]:
+        raise mistake(known.MODEL_CHANGED, f"{what} changed {', '.join(obs['changed'])}")
+    if obs["dtype"] != "torch.float64":
+        raise Mistake(f"{what} returned {obs['dtype']}: keep the dtype of the weights, float64 here (no `.float()`)",
+                      DTYPE_CHANGED)
+    _judge_refusals(obs["errors"], known.OV_REFUSED)
+
+
+register("ov_circuit_contract", _judge_ov_contract)
+
+
+# ================================================================ copying_score
+
+def _copying_what(circuit: Tensor) -> str:
+    return f"copying_score(circuit of shape {_shape(circuit)})"
+
+
+def _as_scores(out: Any, what: str, circuit: Tensor) -> None:
+    """A guard: the pair (share, positivity), each a number or a one-element tensor."""
+    if out is None:
+        raise Mistake(f"{what} returned None — did you forget to `return` (share, positivity)?", NO_RETURN)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise Mistake(f"{what} should return a pair (share, positivity), got {out!r:.80}")
+
+
+def _compare_number(actual: Any, expected: Tensor, what: str, suspects: Any, hint: str, atol: float,
+                    rtol: float) -> None:
+    """judge_tensor on a learner's number, read as a 0-d tensor (a float is as good as a 0-d tensor here)."""
+    if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        actual = torch.tensor(float(actual), dtype=torch.float64)
+    elif isinstance(actual, Tensor) and actual.numel() == 1:
+        actual = actual.reshape(())
+    judge_tensor(actual, expected.detach().double(), what, suspects, hint, atol, rtol)
+
+
+judge(Compare(COPYING_VALUES, lambda c: tuple(x.detach() for x in ref.copying_score(c)), _copying_what,
+              declared(known.COPYING, ref.copying_score), parts=((0, "share"), (1, "positivity")), guard=_as_scores,
+              compare=_compare_number, atol=1e-5, rtol=1e-5))
+
+
+def _judge_copying_contract(obs: Observations) -> None:
+    what = "copying_score(a float64 circuit (7, 7))"
+    if isinstance(obs["dtypes"], Raised):
+        raise Mistake(f"{what} {obs['dtypes'].describe()}")
+    if obs["modified"]:
+        raise Mistake(f"{what} modified the circuit in place — read it, never write to it", MODIFIED_IN_PLACE)
+    if any(dtype != "torch.float64" for dtype in obs["dtypes"]):
+        raise Mistake(f"{what} returned {', '.join(obs['dtypes'])}: keep the circuit's dtype, float64 here, for "
+                      f"both numbers (a boolean's mean needs `.to(circuit.dtype)`, not `.float()`)", DTYPE_CHANGED)
+    _judge_refusals(obs["errors"], known.COPYING_REFUSED)
+
+
+register("copying_score_contract", _judge_copying_contract)
+
+
+# ================================================================ patch_head
+
+def _patch_what(model: str, clean: Tensor, corrupted: Tensor, period: int, layer: int, head: int) -> str:
+    return (f"patch_head(the {model} model, clean and corrupted tokens of shape {_shape(clean)}, period={period}, "
+            f"site=model.layers[{layer}].hook_heads, head={head})")
+
+
+def _patch_losses(model: str, clean: Tensor, corrupted: Tensor, period: int, layer: int, head: int) -> dict:
+    """The losses of every run a patch compares, and of the runs its mistakes would compare, by the reference."""
+
+    def losses() -> dict:
+        built = MODELS[model]().eval()
+        site = built.layers[layer].hook_heads
+        z = {}
+        for name, tokens in (("clean", clean), ("corrupted", corrupted)):
+            handle = site.register_forward_hook(lambda module, inputs, out, name=name: z.update({name: out}))
+            with torch.no_grad():
+                built(tokens)
+            handle.remove()
+
+        def loss(tokens: Tensor, **ablation: Any) -> float:
+            where = (site, ablation["head"], ablation.get("mean")) if ablation else ()
+            return float(ref.repeat_loss(built, tokens, period, *where))
+
+        with_layer = site.register_forward_hook(lambda module, inputs, out: z["clean"])
+        with torch.no_grad():
+            whole_layer = float(ref.repeat_loss(built, corrupted, period))
+        with_layer.remove()
+        return {"clean": loss(clean), "corrupted": loss(corrupted), "layer": whole_layer,
+                "patched": loss(corrupted, head=head, mean=z["clean"][:, head]),
+                "zeroed": loss(corrupted, head=head),
+                "noised": loss(clean, head=head, mean=z["corrupted"][:, head])}
+
+    return _once(losses, model, clean, corrupted, period, layer, head)
+
+
+PATCH_SUSPECTS = declared(known.PATCH, ref.patch_head, case=lambda *case: (_patch_losses(*case),))
+
+
+def _judge_patch_one(out: Any, model: str, clean: Tensor, corrupted: Tensor, period: int, layer: int,
+                     head: int) -> None:
+    case = (model, clean, corrupted, period, layer, head)
+    what = _patch_what(*case)
+    got = _same_twice(out, what)
+
+    def reference() -> Tensor:
+        built = MODELS[model]()
+        return ref.patch_head(built, clean, corrupted, period, built.layers[layer].hook_heads, head).double()
+
+    expected = _once(reference, *case)
+    judge_tensor(got, expected, what, PATCH_SUSPECTS(*case), atol=1e-4, rtol=1e-4)
+
+
+register("patch_head_values", _judge_each(PATCH_VALUES, _judge_patch_one, _patch_what))
+
+
+def _judge_patch_contract(obs: Observations) -> None:
+    clean = _once(lambda: tiny_model(training=False)(CONTRACT_CLEAN).detach(), CONTRACT_CLEAN)
+    runs = {"training": ("patch_head(model, clean, corrupted, 5, site=model.layers[1].hook_heads, head=0) on a "
+                         "model in training mode", True),
+            "eval": ("patch_head(model, clean, corrupted, 5, site=model.layers[0].hook_heads, head=2) on a model in "
+                     "eval mode", False)}
+    for key, (what, training) in runs.items():
+        run = obs[key]
+        if isinstance(run["result"], Raised):
+            raise Mistake(f"{what} {run['result'].describe()}")
+        _judge_left_behind(run, what, training, clean)
+    _judge_refusals(obs["errors"], known.PATCH_REFUSED)
+
+
+register("patch_head_contract", _judge_patch_contract)
+
+
 # ================================================================ concept checks
 
-def _heatmap_suspects(n_tokens: int, d_model: int, n_layers: int, n_heads: int, query: int) -> list[Suspect]:
-    right = ((n_tokens, n_tokens), n_layers * n_heads, query + 1)
-    return [
-        Suspect(f"a head's map has a row per query and a column per key: {n_tokens} × {n_tokens}, whatever d_model; "
-                f"{n_tokens} × {d_model} is the shape of the layer's output", "map taken to be T × d_model",
-                lambda: ((n_tokens, d_model), *right[1:])),
-        Suspect(f"{n_tokens} × {d_model // n_heads} is one head's output, weights times values; its map is "
-                f"{n_tokens} × {n_tokens}", "a head's output taken for its map",
-                lambda: ((n_tokens, d_model // n_heads), *right[1:])),
-        Suspect(f"every one of the {n_layers} layers has its {n_heads} heads, each with its own map",
-                "one layer's heads only", lambda: (right[0], n_heads, right[2])),
-        Suspect(f"each of the {n_heads} heads of a layer has its own map; averaging them hides what each does",
-                "one map per layer", lambda: (right[0], n_layers, right[2])),
-        Suspect(f"under the causal mask query {query} may attend keys 0..{query} only: the rest of its row is 0",
-                "causal mask forgotten", lambda: (*right[:2], n_tokens)),
-        Suspect(f"query {query} may attend its own key too: keys 0..{query} are {query + 1}",
-                "the query's own key left out", lambda: (*right[:2], query)),
-    ]
-
-
-def _largest_term_suspects(weights: list[float], value_norms: list[float]) -> list[Suspect]:
-    return [
-        Suspect("that key has the largest weight, not the largest term: the head adds Σ_j w_j v_j W_O, and a "
-                "large weight on a value near zero (an attention sink) moves nothing; compare w_j · ‖v_j W_O‖",
-                "largest weight taken as the largest term",
-                lambda: max(range(len(weights)), key=weights.__getitem__)),
-        Suspect("that key has the longest value, not the largest term: its weight scales it; compare w_j · ‖v_j W_O‖",
-                "weights ignored", lambda: max(range(len(value_norms)), key=value_norms.__getitem__)),
-    ]
-
-
 register("heatmap_facts_answer", lambda obs: judge_answers(
-    obs, HEATMAP_FACTS_CASES, ref.heatmap_facts, _heatmap_suspects, lambda *a: f"heatmap_facts{a}"))
+    obs, HEATMAP_FACTS_CASES, ref.heatmap_facts, declared(known.HEATMAP, ref.heatmap_facts),
+    lambda *a: f"heatmap_facts{a}"))
 register("largest_term_answer", lambda obs: judge_answers(
-    obs, LARGEST_TERM_CASES, ref.largest_term, _largest_term_suspects, lambda *a: f"largest_term{a}"))
+    obs, LARGEST_TERM_CASES, ref.largest_term, declared(known.LARGEST_TERM, ref.largest_term),
+    lambda *a: f"largest_term{a}"))
+register("ablation_reading_answer", lambda obs: judge_answers(
+    obs, ABLATION_READING_CASES, ref.ablation_reading, declared(known.ABLATION_READING, ref.ablation_reading),
+    lambda *a: f"ablation_reading{a}"))

@@ -3,8 +3,8 @@ mistake) and correct alternatives (each must keep full marks).
 
 Every entry is written the way a learner would write it, using only the names the exercise notebook gives
 (``math``, ``torch``, ``F``, ``nn``, ``Tensor``, ``AttentionOnly``, ``repeated_tokens``) and, where the exercise
-builds on an earlier one (``repeat_loss`` on ``ablate_head``), that earlier exercise, which the catalogue tests
-supply from the reference.
+builds on an earlier one (``repeat_loss`` on ``ablate_head``, ``patch_head`` on both), that earlier exercise, which
+the catalogue tests supply from the reference.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from catalogue import Entry
-from solutions.trained_attention import ablate_head
+from solutions.trained_attention import ablate_head, repeat_loss
 
 
 def _maps_checked(weights: Tensor) -> None:
@@ -440,6 +440,344 @@ def repeat_with_gather(model, tokens, period, site=None, head=None, mean=None):
     return -picked.mean()
 
 
+# ================================================================ ov_circuit
+
+
+def _circuit_checked(model, layer, head):
+    if not 0 <= layer < len(model.layers) or not 0 <= head < model.layers[layer].n_heads:
+        raise ValueError(f"layer {layer} or head {head} out of range")
+    attention = model.layers[layer]
+    return attention, slice(head * attention.d_head, (head + 1) * attention.d_head)
+
+
+def ov_o_rows(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    w_v, w_o = attention.w_v.weight[rows].T, attention.w_o.weight[rows, :]  # (d_head, d_model), "already W_O^h"
+    return model.embed.weight @ w_v @ w_o @ model.unembed.weight.T
+
+
+def ov_v_columns(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    w_v, w_o = attention.w_v.weight[:, rows], attention.w_o.weight[:, rows].T  # (d_model, d_head): "already W_V^h"
+    return model.embed.weight @ w_v @ w_o @ model.unembed.weight.T
+
+
+def ov_whole_layer(model, layer, head):
+    attention, _ = _circuit_checked(model, layer, head)
+    return model.embed.weight @ attention.w_v.weight.T @ attention.w_o.weight.T @ model.unembed.weight.T
+
+
+def ov_transposed(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    return model.unembed.weight @ attention.w_o.weight[:, rows] @ attention.w_v.weight[rows] @ model.embed.weight.T
+
+
+def ov_counted_from_1(model, layer, head):
+    attention, _ = _circuit_checked(model, layer, head)
+    rows = slice((head - 1) * attention.d_head, head * attention.d_head) if head else slice(
+        (attention.n_heads - 1) * attention.d_head, None)  # "head 1 is the first"
+    return model.embed.weight @ attention.w_v.weight[rows].T @ attention.w_o.weight[:, rows].T @ model.unembed.weight.T
+
+
+def ov_tied(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    w_e = model.embed.weight  # "the unembedding is the embedding, as in GPT-2"
+    return w_e @ attention.w_v.weight[rows].T @ attention.w_o.weight[:, rows].T @ w_e.T
+
+
+def ov_float32(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    parts = [model.embed.weight, attention.w_v.weight[rows].T, attention.w_o.weight[:, rows].T, model.unembed.weight.T]
+    out = parts[0].float()
+    for part in parts[1:]:
+        out = out @ part.float()
+    return out
+
+
+def ov_unchecked(model, layer, head):
+    attention = model.layers[layer]  # head -1 or 3 slices something anyway
+    rows = slice(head * attention.d_head, (head + 1) * attention.d_head)
+    return model.embed.weight @ attention.w_v.weight[rows].T @ attention.w_o.weight[:, rows].T @ model.unembed.weight.T
+
+
+def ov_einsum(model, layer, head):
+    attention, rows = _circuit_checked(model, layer, head)
+    n, d = attention.n_heads, attention.d_head
+    w_v = attention.w_v.weight.view(n, d, -1)[head]  # (d_head, d_model)
+    w_o = attention.w_o.weight.view(-1, n, d)[:, head]  # (d_model, d_head)
+    return torch.einsum("am,hm,nh,bn->ab", model.embed.weight, w_v, w_o, model.unembed.weight)
+
+
+# ================================================================ copying_score
+
+
+def _square_circuit(circuit):
+    if not circuit.is_floating_point() or circuit.dim() != 2 or circuit.shape[0] != circuit.shape[1]:
+        raise ValueError(f"circuit must be (V, V), got {tuple(circuit.shape)}")
+
+
+def _positivity(circuit):
+    lam = torch.linalg.eigvals(circuit)
+    return (lam.real.sum() / lam.abs().sum()).to(circuit.dtype)
+
+
+def _share(circuit):
+    return (circuit.argmax(dim=-1) == torch.arange(circuit.shape[0])).to(circuit.dtype).mean()
+
+
+def copying_columns(circuit):
+    _square_circuit(circuit)
+    return (circuit.argmax(dim=0) == torch.arange(circuit.shape[0])).to(circuit.dtype).mean(), _positivity(circuit)
+
+
+def copying_positive_diagonal(circuit):
+    _square_circuit(circuit)
+    return (circuit.diagonal() > 0).to(circuit.dtype).mean(), _positivity(circuit)
+
+
+def copying_counted(circuit):
+    _square_circuit(circuit)
+    return (circuit.argmax(dim=-1) == torch.arange(circuit.shape[0])).sum().to(circuit.dtype), _positivity(circuit)
+
+
+def copying_real_sizes(circuit):
+    _square_circuit(circuit)
+    real = torch.linalg.eigvals(circuit).real
+    return _share(circuit), (real.sum() / real.abs().sum()).to(circuit.dtype)
+
+
+def copying_eigvalsh(circuit):
+    _square_circuit(circuit)
+    lam = torch.linalg.eigvalsh(circuit)  # "eigenvalues are real"
+    return _share(circuit), lam.sum() / lam.abs().sum()
+
+
+def copying_singular_values(circuit):
+    _square_circuit(circuit)
+    lam = torch.linalg.eigvals(circuit)
+    return _share(circuit), (lam.real.sum() / torch.linalg.svdvals(circuit).sum()).to(circuit.dtype)
+
+
+def copying_not_normalised(circuit):
+    _square_circuit(circuit)
+    return _share(circuit), torch.linalg.eigvals(circuit).real.sum().to(circuit.dtype)
+
+
+def copying_float32(circuit):
+    _square_circuit(circuit)
+    hits = circuit.argmax(dim=-1) == torch.arange(circuit.shape[0])
+    return hits.float().mean(), _positivity(circuit)
+
+
+def copying_unchecked(circuit):
+    return _share(circuit), _positivity(circuit)
+
+
+def copying_by_max(circuit):
+    _square_circuit(circuit)
+    best = circuit.max(dim=1).values
+    share = (circuit.diagonal() == best).to(circuit.dtype).mean()
+    lam = torch.linalg.eigvals(circuit)
+    return share, (lam.real.sum() / torch.sqrt(lam.real**2 + lam.imag**2).sum()).to(circuit.dtype)
+
+
+# ================================================================ patch_head
+
+
+@contextlib.contextmanager
+def _eval(model):
+    mode = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(mode)
+
+
+def _recorded(model, tokens, site):
+    seen = []
+    handle = site.register_forward_hook(lambda m, i, z: seen.append(z))
+    try:
+        with _eval(model), torch.no_grad():
+            model(tokens)
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
+def _three_losses(model, clean, corrupted, period, site, head):
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ")
+    z = _recorded(model, clean, site)
+    good, bad = float(repeat_loss(model, clean, period)), float(repeat_loss(model, corrupted, period))
+    if abs(bad - good) < 1e-6:
+        raise ValueError("the same loss: nothing to restore")
+    return good, bad, float(repeat_loss(model, corrupted, period, site, head, z[:, head]))
+
+
+def patch_fraction_left(model, clean, corrupted, period, site, head):
+    good, bad, patched = _three_losses(model, clean, corrupted, period, site, head)
+    return torch.tensor((patched - good) / (bad - good))
+
+
+def patch_sign_flipped(model, clean, corrupted, period, site, head):
+    good, bad, patched = _three_losses(model, clean, corrupted, period, site, head)
+    return torch.tensor((patched - bad) / (bad - good))
+
+
+def patch_wrong_way_round(model, clean, corrupted, period, site, head):
+    _three_losses(model, clean, corrupted, period, site, head)
+    z = _recorded(model, corrupted, site)  # the corrupted output, into the clean run
+    good, bad = float(repeat_loss(model, clean, period)), float(repeat_loss(model, corrupted, period))
+    noised = float(repeat_loss(model, clean, period, site, head, z[:, head]))
+    return torch.tensor((noised - good) / (bad - good))
+
+
+def patch_in_nats(model, clean, corrupted, period, site, head):
+    good, bad, patched = _three_losses(model, clean, corrupted, period, site, head)
+    return torch.tensor(bad - patched)
+
+
+def patch_over_corrupted(model, clean, corrupted, period, site, head):
+    good, bad, patched = _three_losses(model, clean, corrupted, period, site, head)
+    return torch.tensor((bad - patched) / bad)
+
+
+def patch_zeroed(model, clean, corrupted, period, site, head):
+    good, bad, _ = _three_losses(model, clean, corrupted, period, site, head)
+    zeroed = float(repeat_loss(model, corrupted, period, site, head))  # "remove the head from the corrupted run"
+    return torch.tensor((bad - zeroed) / (bad - good))
+
+
+def patch_whole_layer(model, clean, corrupted, period, site, head):
+    good, bad, _ = _three_losses(model, clean, corrupted, period, site, head)
+    z = _recorded(model, clean, site)
+    handle = site.register_forward_hook(lambda m, i, out: z)  # every head's clean output
+    try:
+        patched = float(repeat_loss(model, corrupted, period))
+    finally:
+        handle.remove()
+    return torch.tensor((bad - patched) / (bad - good))
+
+
+def patch_corrupted_recorded(model, clean, corrupted, period, site, head):
+    good, bad, _ = _three_losses(model, clean, corrupted, period, site, head)
+    z = _recorded(model, corrupted, site)  # recorded on the run it is patched into
+    patched = float(repeat_loss(model, corrupted, period, site, head, z[:, head]))
+    return torch.tensor((bad - patched) / (bad - good))
+
+
+def patch_training_mode(model, clean, corrupted, period, site, head):
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ")
+    seen = []
+    handle = site.register_forward_hook(lambda m, i, z: seen.append(z))
+    with torch.no_grad():
+        model(clean)  # in whatever mode the model came
+    handle.remove()
+    good, bad = repeat_loss(model, clean, period), repeat_loss(model, corrupted, period)
+    if abs(float(bad - good)) < 1e-6:
+        raise ValueError("the same loss: nothing to restore")
+    return (bad - repeat_loss(model, corrupted, period, site, head, seen[-1][:, head])) / (bad - good)
+
+
+def patch_hook_kept(model, clean, corrupted, period, site, head):
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ")
+    seen = []
+    site.register_forward_hook(lambda m, i, z: seen.append(z))  # never removed: it only reads
+    with _eval(model), torch.no_grad():
+        model(clean)
+    clean_z = seen[0]
+    good, bad = repeat_loss(model, clean, period), repeat_loss(model, corrupted, period)
+    if abs(float(bad - good)) < 1e-6:
+        raise ValueError("the same loss: nothing to restore")
+    return (bad - repeat_loss(model, corrupted, period, site, head, clean_z[:, head])) / (bad - good)
+
+
+def patch_left_in_eval(model, clean, corrupted, period, site, head):
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ")
+    model.eval()  # "the model must run in eval mode"
+    seen = []
+    handle = site.register_forward_hook(lambda m, i, z: seen.append(z))
+    with torch.no_grad():
+        model(clean)
+    handle.remove()
+    good, bad = repeat_loss(model, clean, period), repeat_loss(model, corrupted, period)
+    if abs(float(bad - good)) < 1e-6:
+        raise ValueError("the same loss: nothing to restore")
+    return (bad - repeat_loss(model, corrupted, period, site, head, seen[0][:, head])) / (bad - good)
+
+
+def patch_unchecked(model, clean, corrupted, period, site, head):
+    z = _recorded(model, clean, site)
+    good, bad = repeat_loss(model, clean, period), repeat_loss(model, corrupted, period)
+    return (bad - repeat_loss(model, corrupted, period, site, head, z[:, head])) / (bad - good)
+
+
+def patch_by_hooks(model, clean, corrupted, period, site, head):
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"clean {tuple(clean.shape)} and corrupted {tuple(corrupted.shape)} differ")
+    kept = {}
+
+    def loss(tokens, hook):
+        handle = site.register_forward_hook(hook)
+        try:
+            with _eval(model), torch.inference_mode():
+                logits = model(tokens)
+        finally:
+            handle.remove()
+        return F.cross_entropy(logits[:, period:-1].flatten(0, 1), tokens[:, period + 1:].flatten()).item()
+
+    def keep(m, i, z):
+        kept["z"] = z.clone()
+
+    def swap(m, i, z):
+        z = z.clone()
+        z[:, head] = kept["z"][:, head]
+        return z
+
+    good = loss(clean, keep)
+    bad = loss(corrupted, lambda m, i, z: None)
+    if math.isclose(good, bad, abs_tol=1e-6):
+        raise ValueError("clean and corrupted give the same loss")
+    return (bad - loss(corrupted, swap)) / (bad - good)
+
+
+# ================================================================ ablation_reading
+
+
+def reading_backup(intact, without_one, without_all, uniform):
+    middle = (intact + uniform) / 2
+    if without_all < middle:
+        return "not needed"
+    return "each needed" if without_one >= middle else "backup"  # "the others took over"
+
+
+def reading_one_alone(intact, without_one, without_all, uniform):
+    return "each needed" if without_one >= (intact + uniform) / 2 else "not needed"
+
+
+def reading_group_alone(intact, without_one, without_all, uniform):
+    return "each needed" if without_all >= (intact + uniform) / 2 else "not needed"
+
+
+def reading_against_uniform(intact, without_one, without_all, uniform):
+    if without_all < uniform:
+        return "not needed"
+    return "each needed" if without_one >= uniform else "redundant"
+
+
+def reading_by_fractions(intact, without_one, without_all, uniform):
+    def share(loss):  # how far towards the uniform guess a removal takes the loss
+        return (loss - intact) / (uniform - intact)
+
+    if share(without_all) < 0.5:
+        return "not needed"
+    return "redundant" if share(without_one) < 0.5 else "each needed"
+
+
 # ================================================================ concept checks
 
 
@@ -557,6 +895,54 @@ WRONG = [
     Entry("largest_term", "the largest weight", largest_weight, "largest weight taken as the largest term",
           "largest_term_answer"),
     Entry("largest_term", "the longest value", longest_value, "weights ignored", "largest_term_answer"),
+    Entry("ov_circuit", "W_O's rows", ov_o_rows, "W_O sliced by rows", "ov_circuit_values"),
+    Entry("ov_circuit", "W_V's columns", ov_v_columns, "W_V sliced by columns", "ov_circuit_values"),
+    Entry("ov_circuit", "the whole layer", ov_whole_layer, "every head of the layer", "ov_circuit_values"),
+    Entry("ov_circuit", "unembedding first", ov_transposed, "circuit transposed", "ov_circuit_values"),
+    Entry("ov_circuit", "heads counted from 1", ov_counted_from_1, "heads counted from 1", "ov_circuit_values"),
+    Entry("ov_circuit", "tied unembedding", ov_tied, "embedding used to unembed", "ov_circuit_values"),
+    Entry("ov_circuit", "float32 always", ov_float32, "dtype not kept", "ov_circuit_contract"),
+    Entry("ov_circuit", "no argument checks", ov_unchecked, "no ValueError for bad arguments", "ov_circuit_contract"),
+    Entry("copying_score", "argmax over dim 0", copying_columns, "argmax over the columns", "copying_score_values"),
+    Entry("copying_score", "positive diagonal", copying_positive_diagonal, "positive diagonal counted",
+          "copying_score_values"),
+    Entry("copying_score", "a count", copying_counted, "rows counted, not averaged", "copying_score_values"),
+    Entry("copying_score", "|Re λ| below", copying_real_sizes, "real parts' sizes in the denominator",
+          "copying_score_values"),
+    Entry("copying_score", "eigvalsh", copying_eigvalsh, "eigvalsh on a matrix that is not symmetric",
+          "copying_score_values"),
+    Entry("copying_score", "singular values", copying_singular_values, "singular values instead of eigenvalues",
+          "copying_score_values"),
+    Entry("copying_score", "Σ Re λ alone", copying_not_normalised, "positivity not normalised",
+          "copying_score_values"),
+    Entry("copying_score", "float32 share", copying_float32, "dtype not kept", "copying_score_contract"),
+    Entry("copying_score", "no argument checks", copying_unchecked, "no ValueError for bad arguments",
+          "copying_score_contract"),
+    Entry("patch_head", "the fraction left", patch_fraction_left, "fraction left instead of restored",
+          "patch_head_values"),
+    Entry("patch_head", "patched minus corrupted", patch_sign_flipped, "sign flipped", "patch_head_values"),
+    Entry("patch_head", "noising", patch_wrong_way_round, "patched the wrong way round", "patch_head_values"),
+    Entry("patch_head", "in nats", patch_in_nats, "nats instead of a fraction", "patch_head_values"),
+    Entry("patch_head", "over the corrupted loss", patch_over_corrupted, "divided by the corrupted loss",
+          "patch_head_values"),
+    Entry("patch_head", "head zeroed", patch_zeroed, "ablated instead of patched", "patch_head_values"),
+    Entry("patch_head", "every head's clean output", patch_whole_layer, "the whole layer patched",
+          "patch_head_values"),
+    Entry("patch_head", "recorded on the corrupted run", patch_corrupted_recorded, "patched with the corrupted output",
+          "patch_head_values"),
+    Entry("patch_head", "clean run in training mode", patch_training_mode, "model run in training mode",
+          "patch_head_values"),
+    Entry("patch_head", "recording hook kept", patch_hook_kept, "hook left registered", "patch_head_contract"),
+    Entry("patch_head", "left in eval mode", patch_left_in_eval, "model's mode not given back", "patch_head_contract"),
+    Entry("patch_head", "no argument checks", patch_unchecked, "no ValueError for bad arguments",
+          "patch_head_contract"),
+    Entry("ablation_reading", "backup heads", reading_backup, "backup heads", "ablation_reading_answer"),
+    Entry("ablation_reading", "one head's ablation alone", reading_one_alone, "one head's ablation read alone",
+          "ablation_reading_answer"),
+    Entry("ablation_reading", "all heads' ablation alone", reading_group_alone, "group ablation read alone",
+          "ablation_reading_answer"),
+    Entry("ablation_reading", "the uniform guess as the bar", reading_against_uniform,
+          "cost measured against the uniform guess", "ablation_reading_answer"),
 ]
 
 CORRECT = [
@@ -569,4 +955,8 @@ CORRECT = [
     Entry("repeat_loss", "log_softmax and gather, a context manager, inference_mode", repeat_with_gather),
     Entry("heatmap_facts", "by counting", heatmap_by_counting),
     Entry("largest_term", "with torch", largest_term_with_torch),
+    Entry("ov_circuit", "einsum over the heads' views", ov_einsum),
+    Entry("copying_score", "the diagonal against each row's max, moduli by hand", copying_by_max),
+    Entry("patch_head", "hooks of its own, inference_mode", patch_by_hooks),
+    Entry("ablation_reading", "shares of the way to the uniform guess", reading_by_fractions),
 ]
