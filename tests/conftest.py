@@ -38,19 +38,20 @@ BOOK_FILES = {"test_book.py", "test_browser.py", "test_release.py"}
 
 
 #: Seconds each long group of tests took in a whole run on two workers (2 cores, ``--durations=0``, summed per
-#: group; the catalogue groups less the stock-nbgrader samples they no longer grade): the groups are handed out
-#: longest first (``--no-loadscope-reorder`` keeps this order), so that the book's build and audit, one worker's work
-#: for half an hour, does not start last. Left to pytest-xdist, groups go out by their number of tests, and the
-#: book's build began 20 minutes into that run (the whole run took about as long either way: the two cores are busy
-#: throughout). Groups not listed follow, in the order of collection; a figure that goes stale costs time, never a
-#: test.
+#: group; measured at 0dc9bff while other work shared the cores, so each figure is high, by about the same share):
+#: the groups are handed out longest first (``--no-loadscope-reorder`` keeps this order), so that the book's build
+#: and audit, one worker's work for about 20 minutes, does not start last. Left to pytest-xdist, groups go out by
+#: their number of tests, and the book's build began 20 minutes into that run (the whole run took about as long
+#: either way: the two cores are busy throughout). Groups not listed follow, in the order of collection; a figure
+#: that goes stale costs time, never a test.
 GROUP_SECONDS = {
-    "book": 1762, "catalogue-09_flash_attention": 380, "test_assignments.py": 278, "catalogue-06_transformer": 260,
-    "test_grading.py": 250, "test_helper_package.py": 227, "catalogue-04_multi_head": 200, "catalogue-07_gpt": 190,
-    "test_batch.py": 150, "catalogue-05_positional_encoding": 130, "test_scaffold.py": 108, "learner-bundle": 96,
-    "catalogue-02_causal_masking": 90, "catalogue-01_self_attention": 85, "catalogue-08_trained_attention": 80,
-    "catalogue-03_cross_attention": 75, "test_parity.py": 75, "test_workers.py": 65,
-    "test_install_places.py": 54, "test_probe_fuzz.py": 27,
+    "book": 1408, "test_assignments.py": 432, "catalogue-09_flash_attention": 320, "test_grading.py": 303,
+    "test_helper_package.py": 230, "test_scaffold.py": 225, "catalogue-06_transformer": 216,
+    "catalogue-07_gpt": 171, "catalogue-04_multi_head": 157, "learner-bundle": 146, "test_batch.py": 139,
+    "test_parity.py": 119, "catalogue-02_causal_masking": 100, "test_workers.py": 94,
+    "catalogue-01_self_attention": 77, "test_install_places.py": 77, "catalogue-05_positional_encoding": 73,
+    "catalogue-03_cross_attention": 64, "catalogue-08_trained_attention": 58, "test_reference_gpt.py": 37,
+    "test_training.py": 34, "test_probe_fuzz.py": 28,
 }
 
 
