@@ -62,6 +62,18 @@ def _new_exercise(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return 0
 
 
+def _export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from autograder import export
+    from autograder.release import nbgrader_env
+
+    os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook shells out to alembic
+    try:
+        return export.main(args.format, args.out, args.gradebook or f"sqlite:///{COURSE_ROOT / 'gradebook.db'}",
+                           args.roster, args.assignment, args.column, args.missing)
+    except export.ExportError as err:
+        parser.error(str(err))
+
+
 def _student_repo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from autograder.bundle import make_bundle, repositories
 
@@ -404,6 +416,23 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--student-repository", metavar="URL", help="the public student repository "
                         "(https://github.com/OWNER/NAME) that the site's repository and launch buttons name "
                         "(default: student_repository in _config.yml)")
+    exporting = commands.add_parser("export", help="write the gradebook's grades in an LMS's import format (Canvas, "
+                                    "Moodle) or a plain CSV")
+    exporting.add_argument("format", choices=("canvas", "moodle", "plain"), help="the file's format")
+    exporting.add_argument("--out", type=Path, help="the CSV to write (default: standard output)")
+    exporting.add_argument("--gradebook", help="nbgrader database URL (default: sqlite:///autograder/gradebook.db, "
+                           "where grade writes it)")
+    exporting.add_argument("--roster", type=Path, help="CSV with a student_id column and the LMS's identity columns "
+                           "(Canvas: Student, ID, SIS User ID, SIS Login ID, Section; Moodle: First name, Last name, "
+                           "Email address, ID number, Username)")
+    exporting.add_argument("--assignment", action="append", metavar="ID",
+                           help="an assignment to export (repeat it; default: every assignment in the gradebook)")
+    exporting.add_argument("--column", action="append", default=[], metavar="ID=HEADER",
+                           help="the LMS's column for an assignment, e.g. '01_self_attention=Self-attention (4321)' "
+                           "for Canvas's assignment 4321 (default: the assignment id)")
+    exporting.add_argument("--missing", choices=("blank", "zero"), default="blank",
+                           help="a student without a submission: an empty cell (the LMS keeps its grade; the "
+                           "default) or 0, as nbgrader export writes")
     for command in (grade, selftest):  # the sandbox and its limits, the same for both
         # one more than the cores: a worker spends part of each notebook waiting on its kernel (start-up, replies)
         command.add_argument("--workers", type=int, default=(os.cpu_count() or 1) + 1,
@@ -418,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "selftest":  # grade sets it while its first worker starts (_warm_start)
         _one_torch_thread_per_judge()
     commands = {"notebooks": _notebooks, "grade": _grade, "selftest": _selftest, "student-repo": _student_repo,
-                "new-exercise": _new_exercise}
+                "new-exercise": _new_exercise, "export": _export}
     return commands[args.command](args, parser)
 
 
