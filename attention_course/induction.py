@@ -234,7 +234,9 @@ def hand_built_induction(vocab: int = 8, context: int = 16, sharpness: float = 1
     - Heads 0.1 and 1.1 are all zeros: they add nothing.
 
     On a sequence that repeats, it predicts the repeat almost perfectly; a head written this way is a yardstick
-    for the chapter's measurements (its OV circuit copies exactly). ``vocab`` must be even (two heads share
+    for the chapter's measurements (its OV circuit copies exactly). One blur: position 0, which has no previous
+    token, attends to itself, so it looks like the successor of its own token, and the first query of the repeat
+    splits its attention between it and the true successor. ``vocab`` must be even (two heads share
     ``d_model``)."""
     if vocab < 2 or vocab % 2 or context < 2 or sharpness <= 0:
         raise ValueError(f"need an even vocab >= 2, context >= 2 and sharpness > 0; got vocab={vocab}, "

@@ -11,14 +11,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention_course.induction import AttentionOnly, AttentionOnlySizes, RepeatTask, gpt_attention, repeated_tokens
+from attention_course.induction import (
+    AttentionOnly,
+    AttentionOnlySizes,
+    RepeatTask,
+    direct_logit_attribution,
+    gpt_attention,
+    hand_built_induction,
+    head_outputs,
+    k_composition,
+    repeated_tokens,
+    train_induction,
+)
 from attention_course.language_model import LMSizes, TorchGPT
 from solutions.trained_attention import (
     ablate_head,
+    ablation_reading,
     attention_entropy,
+    copying_score,
     heatmap_facts,
     induction_score,
     largest_term,
+    ov_circuit,
+    patch_head,
     previous_token_score,
     repeat_loss,
 )
@@ -267,3 +282,144 @@ def test_gpt_attention_recomputes_what_the_fused_kernel_attends(positions) -> No
     v = v.view(2, 9, 2, 4).transpose(1, 2).repeat_interleave(2, dim=1)  # (B, H, T, d_head)
     by_hand = model.blocks[1].attn.proj((weights[1] @ v).transpose(1, 2).reshape(2, 9, 16))
     assert torch.allclose(by_hand, out, atol=1e-5), "the weights do not reproduce the block's attention output"
+
+
+# ------------------------------------------------------------------------------------------------- circuits
+
+
+def _corrupted(clean: Tensor, period: int, vocab: int, seed: int) -> Tensor:
+    shift = torch.randint(1, vocab, clean[:, :period].shape, generator=torch.Generator().manual_seed(seed))
+    out = clean.clone()
+    out[:, :period] = (clean[:, :period] + shift) % vocab
+    return out
+
+
+def test_ov_circuit_is_what_attending_to_one_token_adds_to_the_logits() -> None:
+    model = tiny_model(seed=3)
+    layer = model.layers[1]
+    for head in range(3):
+        circuit = ov_circuit(model, 1, head)
+        assert circuit.shape == (11, 11)
+        for a in (0, 7):  # a head that puts all its weight on token a adds x_a W_V^h W_O^h to the residual stream
+            z = torch.zeros(1, 3, 1, 4)
+            z[0, head, 0] = layer.w_v(model.embed.weight[a])[head * 4:(head + 1) * 4]  # head h's value of token a
+            added = layer.w_o(z.transpose(1, 2).reshape(1, 1, 12))[0, 0]  # through the output projection
+            assert torch.allclose(circuit[a], model.unembed(added), atol=1e-5)
+
+
+def test_the_hand_built_circuit_copies_and_predicts_the_repeat() -> None:
+    model = hand_built_induction()
+    assert torch.equal(ov_circuit(model, 1, 0), 10 * torch.eye(8))
+    share, positivity = copying_score(ov_circuit(model, 1, 0))
+    assert share.item() == 1.0 and positivity.item() == pytest.approx(1.0)
+    tokens = torch.stack([torch.randperm(8, generator=torch.Generator().manual_seed(s))[:6] for s in range(4)])
+    tokens = torch.cat([tokens, tokens], dim=1)  # no token twice in the first half: the copy is unambiguous
+    with torch.no_grad():
+        logits = model(tokens)
+    later = F.cross_entropy(logits[:, 7:-1].flatten(0, 1), tokens[:, 8:].flatten())
+    assert later.item() < 1e-3  # query 6 also matches key 0, whose "previous token" is itself: only it hesitates
+    assert repeat_loss(model, tokens, 6).item() < (math.log(2) + 0.05) / 5  # at most about ln 2 at that one query
+    maps = model.attention_maps(tokens)
+    assert previous_token_score(maps[0, :, 0]).min() > 0.99  # query 6 splits its weight: (5 + 1 / 2) / 6
+    assert torch.allclose(induction_score(maps[1, :, 0], 6), torch.tensor(5.5 / 6), atol=1e-3)
+    with pytest.raises(ValueError, match="vocab"):
+        hand_built_induction(vocab=7)
+
+
+def test_copying_score_of_copying_suppressing_and_complex_circuits() -> None:
+    share, positivity = copying_score(torch.eye(5, dtype=torch.float64) * 3)
+    assert (share.item(), positivity.item()) == (1.0, 1.0) and share.dtype == positivity.dtype == torch.float64
+    assert copying_score(-torch.eye(5) * 3)[1].item() == pytest.approx(-1.0)
+    rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]])  # eigenvalues ±i: real parts 0, moduli 1
+    assert copying_score(rotation)[1].item() == pytest.approx(0.0, abs=1e-6)
+    c = torch.randn(9, 9, generator=torch.Generator().manual_seed(4))
+    expected = sum(float(c[a].argmax() == a) for a in range(9)) / 9
+    assert copying_score(c)[0].item() == pytest.approx(expected)
+    for bad in (torch.ones(3, 4), torch.ones(3), torch.ones(3, 3, dtype=torch.long)):
+        with pytest.raises(ValueError, match="square"):
+            copying_score(bad)
+
+
+def test_ov_circuit_refuses_a_layer_or_head_out_of_range() -> None:
+    model = tiny_model()
+    for layer, head, word in ((2, 0, "layer"), (0, 3, "head"), (1, -1, "head")):
+        with pytest.raises(ValueError, match=word):
+            ov_circuit(model, layer, head)
+
+
+def test_patch_head_restores_the_gap_through_the_induction_head_only() -> None:
+    model = hand_built_induction()
+    clean = repeated_tokens(4, 6, 8, torch.Generator().manual_seed(1))
+    corrupted = _corrupted(clean, 6, 8, seed=2)
+    assert patch_head(model, clean, corrupted, 6, model.layers[1].hook_heads, 0).item() == pytest.approx(1.0, abs=1e-4)
+    assert patch_head(model, clean, corrupted, 6, model.layers[1].hook_heads, 1).item() == 0.0  # an empty head
+    assert patch_head(model, clean, corrupted, 6, model.layers[0].hook_heads, 0).item() < 0  # right keys, wrong values
+
+
+def test_patch_head_is_the_formula_of_three_losses_in_eval_mode_and_leaves_nothing_behind() -> None:
+    model = tiny_model(seed=2, dropout=0.3).train()
+    clean = repeated_tokens(3, 5, 11, torch.Generator().manual_seed(3))
+    corrupted = _corrupted(clean, 5, 11, seed=4)
+    site = model.layers[1].hook_heads
+    z = head_outputs(model, clean)[1]
+    good, bad = repeat_loss(model, clean, 5), repeat_loss(model, corrupted, 5)
+    patched = repeat_loss(model, corrupted, 5, site, 2, z[:, 2])
+    got = patch_head(model, clean, corrupted, 5, site, 2)
+    assert got.item() == pytest.approx(((bad - patched) / (bad - good)).item(), rel=1e-5)
+    assert patch_head(model, clean, corrupted, 5, site, 2).item() == got.item()  # dropout off: the same twice
+    assert model.training and not any(m._forward_hooks for m in model.modules())
+    with pytest.raises(ValueError, match="same loss"):
+        patch_head(model, clean, clean.clone(), 5, site, 2)
+    with pytest.raises(ValueError, match=r"\(3, 10\).*\(3, 8\)"):
+        patch_head(model, clean, corrupted[:, :8], 5, site, 2)
+
+
+@pytest.mark.parametrize(("losses", "reading"), [
+    ((0.18, 0.29, 4.3, 4.16), "redundant"), ((0.18, 0.2, 0.35, 4.16), "not needed"),
+    ((0.5, 2.9, 3.1, 3.0), "each needed"), ((0.18, 0.3, 3.2, 4.16), "redundant")])
+def test_ablation_reading_never_says_backup_for_heads_of_one_layer(losses, reading) -> None:
+    assert ablation_reading(*losses) == reading
+
+
+def test_direct_logit_attribution_adds_up_to_the_logits() -> None:
+    for positions in ("relative", "learned"):
+        torch.manual_seed(6)
+        model = AttentionOnly(AttentionOnlySizes(vocab=13, context=16, d_model=12, n_heads=3, n_layers=2,
+                                                 positions=positions))
+        ids = repeated_tokens(3, 7, 13, torch.Generator().manual_seed(7))
+        parts = direct_logit_attribution(model, ids)
+        assert parts.shape == (1 + 2 * 3, 3, 14, 13)
+        with torch.no_grad():
+            assert torch.allclose(parts.sum(dim=0), model(ids), atol=1e-5)
+    model = hand_built_induction()
+    ids = repeated_tokens(2, 6, 8, torch.Generator().manual_seed(8))
+    parts = direct_logit_attribution(model, ids)  # only head 1.0 writes where the unembedding reads
+    assert parts[[0, 1, 2, 4]].abs().max() == 0.0 and parts[3].abs().max() > 0
+
+
+def test_k_composition_finds_the_hand_built_heads_and_refuses_layers_out_of_order() -> None:
+    scores = k_composition(hand_built_induction())  # head 1.0's keys read exactly what head 0.0 writes
+    assert scores.shape == (2, 2) and scores[0, 0].item() == pytest.approx(1 / math.sqrt(8), rel=1e-5)
+    assert scores[0, 1].isnan() or scores[0, 1] == 0  # an empty head: 0 / 0
+    torch.manual_seed(0)
+    random = k_composition(AttentionOnly(AttentionOnlySizes(vocab=64, context=48)))
+    assert (random - 1 / 8).abs().max() < 0.05  # unrelated random matrices: about 1 / sqrt(d_model)
+    with pytest.raises(ValueError, match="writer"):
+        k_composition(hand_built_induction(), reader=0, writer=1)
+
+
+def test_one_tensor_of_position_scores_is_the_bias_and_the_causal_mask() -> None:
+    model = tiny_model(seed=5)
+    layer = model.layers[0]
+    scores = layer.position_scores(5)
+    distance = torch.arange(5)[:, None] - torch.arange(5)[None, :]
+    assert torch.isneginf(scores[:, distance < 0]).all()
+    assert torch.equal(scores[:, distance >= 0], layer.distance_bias[:, distance.clamp(min=0)][:, distance >= 0])
+
+
+def test_train_induction_also_records_the_steps_asked() -> None:
+    torch.manual_seed(0)
+    model = AttentionOnly(AttentionOnlySizes(vocab=8, context=12, d_model=8, n_heads=2))
+    history = train_induction(model, RepeatTask(vocab=8, length=12, shortest=2, longest=4), steps=12, every=5,
+                              also_at=range(6, 9), eval_size=4)
+    assert history.eval_step == [0, 5, 6, 7, 8, 10, 12]

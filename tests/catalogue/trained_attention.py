@@ -907,7 +907,7 @@ WRONG = [
     Entry("copying_score", "positive diagonal", copying_positive_diagonal, "positive diagonal counted",
           "copying_score_values"),
     Entry("copying_score", "a count", copying_counted, "rows counted, not averaged", "copying_score_values"),
-    Entry("copying_score", "|Re λ| below", copying_real_sizes, "real parts' sizes in the denominator",
+    Entry("copying_score", "abs of the real parts below", copying_real_sizes, "real parts' sizes in the denominator",
           "copying_score_values"),
     Entry("copying_score", "eigvalsh", copying_eigvalsh, "eigvalsh on a matrix that is not symmetric",
           "copying_score_values"),
