@@ -323,12 +323,20 @@ def _as_scores(out: Any, what: str, circuit: Tensor) -> None:
 
 def _compare_number(actual: Any, expected: Tensor, what: str, suspects: Any, hint: str, atol: float,
                     rtol: float) -> None:
-    """judge_tensor on a learner's number, read as a 0-d tensor (a float is as good as a 0-d tensor here)."""
+    """judge_tensor on a learner's number, read as a 0-d tensor (a float is as good as a 0-d tensor here); a wrong
+    number that no mistake explains is quoted as it came back."""
+    expected = expected.detach().double()
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
-        actual = torch.tensor(float(actual), dtype=torch.float64)
-    elif isinstance(actual, Tensor) and actual.numel() == 1:
+        try:
+            judge_tensor(torch.tensor(float(actual), dtype=torch.float64), expected, what, suspects, hint, atol, rtol)
+        except Mistake as err:
+            if err.name:
+                raise
+            raise Mistake(f"{what} is {actual!r}, expected {expected.item():.6g}") from None
+        return
+    if isinstance(actual, Tensor) and actual.numel() == 1:
         actual = actual.reshape(())
-    judge_tensor(actual, expected.detach().double(), what, suspects, hint, atol, rtol)
+    judge_tensor(actual, expected, what, suspects, hint, atol, rtol)
 
 
 judge(Compare(COPYING_VALUES, lambda c: tuple(x.detach() for x in ref.copying_score(c)), _copying_what,

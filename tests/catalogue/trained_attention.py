@@ -857,9 +857,10 @@ WRONG = [
     Entry("ablate_head", "the time axis", ablate_time_axis, "head taken from the wrong axis", "ablate_head_zero"),
     Entry("ablate_head", "every other head", ablate_all_but_the_head, "every other head ablated",
           "ablate_head_zero"),
-    Entry("ablate_head", "heads counted from 1", ablate_counted_from_1, "heads counted from 1", "ablate_head_zero"),
+    Entry("ablate_head", "heads counted from 1", ablate_counted_from_1, "heads counted from 1", "ablate_head_zero",
+          also=("patched with the corrupted output",)),  # patch_head, built on it, patches an empty head
     Entry("ablate_head", "mean ignored", ablate_ignores_mean, "mean ignored", "ablate_head_mean",
-          also=("mean not passed on",)),  # repeat_loss, built on it, zeroes the head too
+          also=("mean not passed on", "ablated instead of patched")),  # repeat_loss and patch_head zero the head
     Entry("ablate_head", "mean added", ablate_adds_mean, "mean added instead of replacing", "ablate_head_mean"),
     Entry("ablate_head", "mean taken from z", ablate_mean_of_z, "mean taken from z", "ablate_head_mean"),
     Entry("ablate_head", "z changed in place", ablate_in_place, "input modified in place", "ablate_head_contract"),
@@ -873,11 +874,13 @@ WRONG = [
     Entry("repeat_loss", "whole sequence", repeat_whole_sequence, "loss over the whole sequence",
           "repeat_loss_values"),
     Entry("repeat_loss", "training mode", repeat_in_training_mode, "model run in training mode",
-          "repeat_loss_values"),
+          "repeat_loss_values", also=("no ValueError for bad arguments",)),  # patch_head: dropout, no equal losses
     Entry("repeat_loss", "hook returns nothing", repeat_hook_returns_nothing, "ablation not applied",
-          "repeat_loss_ablated"),
-    Entry("repeat_loss", "mean not passed on", repeat_mean_dropped, "mean not passed on", "repeat_loss_ablated"),
-    Entry("repeat_loss", "hook never removed", repeat_hook_kept, "hook left registered", "repeat_loss_hooks"),
+          "repeat_loss_ablated", also=("patched with the corrupted output",)),  # patch_head patches nothing
+    Entry("repeat_loss", "mean not passed on", repeat_mean_dropped, "mean not passed on", "repeat_loss_ablated",
+          also=("ablated instead of patched",)),  # patch_head zeroes the head
+    Entry("repeat_loss", "hook never removed", repeat_hook_kept, "hook left registered", "repeat_loss_hooks",
+          also=("model run in training mode",)),  # patch_head's second call runs with the first one's hooks
     Entry("repeat_loss", "hook removed on success only", repeat_hook_removed_on_success, "hook left registered",
           "repeat_loss_hooks"),
     Entry("repeat_loss", "left in eval mode", repeat_left_in_eval, "model's mode not given back",
