@@ -40,6 +40,16 @@ def test_at_least_one_chapter_is_declared() -> None:
     assert DECLARED, "no chapter has a module in attention_course/mistakes/: the declared design is used nowhere"
 
 
+#: The chapters converted so far (issue 34 converts them all): none may fall back to writing its mistakes twice.
+CONVERTED = {"01_self_attention", "05_positional_encoding", "08_trained_attention", "09_flash_attention"}
+
+
+def test_the_converted_chapters_stay_declared() -> None:
+    missing = sorted(CONVERTED - {c.assignment for c in DECLARED})
+    assert not missing, (f"{missing} declared their mistakes in attention_course/mistakes/ and no longer do: "
+                         f"restore attention_course/mistakes/<module>.py and name the mistakes from it")
+
+
 def _declarations(chapter) -> dict[str, KnownMistake | Mistakes]:
     module = importlib.import_module(f"attention_course.mistakes.{chapter.module}")
     return {name: value for name, value in vars(module).items()

@@ -1,28 +1,37 @@
 """Judges of Chapter 1 (``01_self_attention``), against :mod:`solutions.self_attention`.
 
 Every check id is the ``grade_id`` of the test cell that runs it; its cases and
-probe are in :mod:`autograder.checks.self_attention`. Each ``Suspect``
-recomputes, on the same inputs, what one plausible mistake would return, so
-that a failing learner is told which mistake it looks like.
+probe are in :mod:`autograder.checks.self_attention`. Every named mistake is
+declared once, in :mod:`attention_course.mistakes.self_attention`, which the
+visible checks use too: the judges pass the reference as ``right``
+(``declared(known.GROUP, reference)``) and raise the value-free ones with
+``mistake(known.NAME, what, **fields)``.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, NO_RETURN
-from autograder.checks.core import Mistake, Observations, Raised, load_weights, projection_weights, seeded
+from attention_course.mistakes import self_attention as known
+from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, NO_RETURN, KnownMistake
+from autograder.checks.core import (
+    PROJECTION_CASES,
+    Mistake,
+    Observations,
+    Raised,
+    load_weights,
+    projection_weights,
+    seeded,
+)
 from autograder.checks.self_attention import (
     _SCORE_COUNT_CASES,
     _SCORE_POSITION_CASES,
     _SCORES_CONTRACT,
     _SDPA_CONTRACT,
     _SOFTMAX_CONTRACT,
-    NEG_INF,
     SCORES_VALUES,
     SDPA_FULLY_MASKED,
     SDPA_MASK,
@@ -35,14 +44,14 @@ from autograder.checks.self_attention import (
 )
 from autograder.judges.core import (
     Compare,
-    Suspect,
     contract_check,
+    declared,
     describe,
     judge,
     judge_answers,
-    judge_projections,
     judge_tensor,
     judge_value_error,
+    mistake,
     register,
     type_name,
 )
@@ -53,87 +62,13 @@ LIBRARY_SOFTMAX = ("softmax", "log_softmax", "_softmax", "softmin")
 
 # ================================================================ softmax
 
-def _exp_over_sum(x: Tensor, dim: int, keepdim: bool = True) -> Tensor:
-    e = torch.exp(x)
-    return e / e.sum(dim=dim, keepdim=keepdim)
-
-
-def _softmax_suspects(x: Tensor, dim: int) -> list[Suspect]:
-    others = [d for d in range(x.dim()) if d != dim % x.dim()]
-    return [
-        *(
-            Suspect(
-                f"it sums to 1 along dim {d}, not along dim={dim} — take the max and the sum along the `dim` "
-                f"argument", "softmax over the wrong axis",
-                lambda d=d: ref.softmax(x, d),
-            )
-            for d in others
-        ),
-        *(
-            Suspect(
-                "the sum lost its axis, so it broadcasts against the wrong one — use `.sum(dim=dim, keepdim=True)`",
-                "forgot keepdim",
-                lambda shift=shift: _exp_over_sum(x - shift, dim, keepdim=False),
-            )
-            for shift in (0.0, x.amax(dim=dim, keepdim=True))
-        ),
-        Suspect(
-            "it divides by the sum over the whole tensor; sum only along `dim`", "normalised over everything",
-            lambda: torch.exp(x) / torch.exp(x).sum(),
-        ),
-        Suspect("it is not normalised: divide exp(x) by its sum along `dim`", "missing the division",
-                lambda: torch.exp(x)),
-        Suspect("it forgot the exponential: softmax is exp(x) / sum(exp(x)), not x / sum(x)", "missing the exponential",
-                lambda: x / x.sum(dim=dim, keepdim=True)),
-    ]
-
-
-def _stable_suspects(x: Tensor, dim: int) -> list[Suspect]:
-    return [
-        Suspect(
-            "exp overflows for large inputs (exp(89) is already inf in float32), giving inf/inf = NaN — "
-            "subtract the maximum along `dim` before exponentiating; the result is mathematically unchanged",
-            "overflowing softmax",
-            lambda: _exp_over_sum(x, dim),
-        ),
-        Suspect(
-            "it subtracts the maximum of the whole tensor, so slices far below it underflow to 0/0 = NaN — "
-            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
-            lambda: _exp_over_sum(x - x.max(), dim),
-        ),
-        Suspect(
-            "it subtracts the maximum of the whole tensor, so slices far below it underflow to all zeros — "
-            "subtract each slice's own maximum, `x.amax(dim=dim, keepdim=True)`", "global instead of per-slice max",
-            lambda: _exp_over_sum(x - x.max(), dim).nan_to_num(0.0),
-        ),
-        *_softmax_suspects(x, dim),
-    ]
-
-
-def _masked_suspects(x: Tensor, dim: int) -> list[Suspect]:
-    finite_min = x.masked_fill(torch.isinf(x), torch.finfo(x.dtype).min)
-    return [
-        Suspect(
-            "a slice that is entirely -inf (a query whose keys are all masked) gives NaN: its maximum is -inf "
-            "and -inf - (-inf) is NaN — use 0 where the maximum is not finite, and divide by 1 where the sum "
-            "is 0, so the slice comes out all zeros", "NaN on fully masked rows",
-            lambda: _exp_over_sum(x - x.amax(dim=dim, keepdim=True), dim),
-        ),
-        Suspect(
-            "a slice that is entirely -inf gives equal weights instead of zeros — if you replace -inf by a "
-            "large negative number, zero those slices afterwards", "large negative number instead of -inf",
-            lambda: ref.softmax(finite_min, dim),
-        ),
-        *_softmax_suspects(x, dim),
-    ]
-
-
 judge(Compare(SOFTMAX_VALUES, ref.softmax, lambda x, dim: f"softmax(x of shape {tuple(x.shape)}, dim={dim})",
-              _softmax_suspects))
+              declared(known.SOFTMAX, ref.softmax)))
 judge(Compare(SOFTMAX_STABLE, ref.softmax, lambda x, _: f"softmax of large inputs (up to {x.abs().max().item():.0f})",
-              _stable_suspects, hint="subtract the maximum along `dim` before exp"))
+              declared(known.SOFTMAX_STABLE, ref.softmax), hint="subtract the maximum along `dim` before exp"))
 judge(Compare(SOFTMAX_MASKED, ref.softmax, lambda _, dim: f"softmax(x with -inf entries, dim={dim})",
-              _masked_suspects, hint="entries of -inf get weight 0, and an all -inf slice gives zeros"))
+              declared(known.SOFTMAX_MASKED, ref.softmax),
+              hint="entries of -inf get weight 0, and an all -inf slice gives zeros"))
 
 
 def _judge_softmax_library(obs: Observations) -> None:
@@ -156,27 +91,9 @@ register("softmax_contract", contract_check(lambda x: ref.softmax(x, 1), _SOFTMA
 
 # ================================================================ attention_scores
 
-def _score_suspects(q: Tensor, k: Tensor) -> list[Suspect]:
-    d_k = q.shape[-1]
-    raw = lambda: q @ k.transpose(-2, -1)  # noqa: E731
-    return [
-        Suspect(f"it is not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g}", "no scaling", raw),
-        Suspect(f"it divides by d_k = {d_k} instead of √d_k = {math.sqrt(d_k):g}", "dividing by d_k",
-                lambda: raw() / d_k),
-        Suspect("it multiplies by √d_k instead of dividing by it",
-                "multiplied by √d_k", lambda: raw() * math.sqrt(d_k)),
-        Suspect(f"it divides by √T_k = √{k.shape[-2]}, the number of keys, instead of √d_k — d_k is the last axis "
-                f"of q and k", "scaled by the number of keys", lambda: raw() / math.sqrt(k.shape[-2])),
-        Suspect("`k.T` reverses every axis of a batched tensor — transpose only the last two axes with "
-                "`k.transpose(-2, -1)` or `k.mT`", "k.T on batched keys",
-                lambda: q @ k.permute(*reversed(range(k.dim()))) / math.sqrt(d_k)),
-        Suspect("the scores are transposed: row i must belong to query i — compute q @ kᵀ, not k @ qᵀ",
-                "transposed scores", lambda: ref.attention_scores(k, q)),
-    ]
-
-
 judge(Compare(SCORES_VALUES, ref.attention_scores,
-              lambda q, k: f"attention_scores(q {tuple(q.shape)}, k {tuple(k.shape)})", _score_suspects))
+              lambda q, k: f"attention_scores(q {tuple(q.shape)}, k {tuple(k.shape)})",
+              declared(known.SCORES, ref.attention_scores)))
 register(
     "attention_scores_checks_shapes",
     lambda obs: judge_value_error(obs["raised"], "attention_scores(q (2, 3, 4), k (2, 5, 6)) with d_k 4 against 6",
@@ -186,49 +103,6 @@ register("attention_scores_contract", contract_check(ref.attention_scores, _SCOR
 
 
 # ================================================================ scaled_dot_product_attention
-
-def _sdpa_suspects(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> list[Suspect]:
-    """Suspects for scaled_dot_product_attention, each producing ``(out, weights)``."""
-    d_k = q.shape[-1]
-    raw = q @ k.transpose(-2, -1)
-
-    def attend(scores: Tensor, values: Tensor = v, dim: int = -1) -> tuple[Tensor, Tensor]:
-        weights = ref.softmax(scores, dim)
-        return weights @ values, weights
-
-    def masked(scores: Tensor, fill: float, keep: Tensor | None = mask) -> Tensor:
-        return scores if keep is None else scores.masked_fill(~keep, fill)
-
-    scores = raw / math.sqrt(d_k)
-    suspects = [
-        Suspect("the softmax runs over the query axis (dim=-2); each query's weights must sum to 1 over the "
-                "keys, dim=-1", "softmax over the wrong axis", lambda: attend(masked(scores, NEG_INF), dim=-2)),
-        Suspect(f"the scores are not scaled — divide q kᵀ by √d_k = {math.sqrt(d_k):g}", "no scaling",
-                lambda: attend(masked(raw, NEG_INF))),
-        Suspect(f"the scores are divided by d_k = {d_k} instead of √d_k", "dividing by d_k",
-                lambda: attend(masked(raw / d_k, NEG_INF))),
-        # these two get the weights right: they can only name a wrong output
-        Suspect("the output is weights @ k — the keys were used as values; multiply the weights by v",
-                "keys used as values", lambda: attend(masked(scores, NEG_INF), values=k)),
-        Suspect("the output is weights @ q — the queries were used as values; multiply the weights by v",
-                "queries used as values", lambda: attend(masked(scores, NEG_INF), values=q)),
-    ]
-    if mask is not None:
-        suspects += [
-            Suspect("the mask is applied after the softmax: masked keys get 0 but the rows no longer sum to 1 — "
-                    "fill masked scores with -inf before the softmax", "mask applied after the softmax",
-                    lambda: (ref.softmax(scores) * mask @ v, ref.softmax(scores) * mask)),
-            Suspect("masked scores are filled with 0, and exp(0) = 1 still gives those keys weight — fill them "
-                    "with -inf", "mask filled with 0 instead of -inf", lambda: attend(masked(scores, 0.0))),
-            Suspect("the mask is inverted: True means 'may attend' (as in F.scaled_dot_product_attention), so block "
-                    "where the mask is False", "inverted mask", lambda: attend(masked(scores, NEG_INF, keep=~mask))),
-            Suspect("the boolean mask was added to the scores (True counts as 1) instead of blocking keys — use "
-                    "`scores.masked_fill(~mask, float('-inf'))`", "mask added as numbers",
-                    lambda: attend(scores + mask)),
-            Suspect("the mask is ignored: masked keys still get weight", "mask ignored", lambda: attend(scores)),
-        ]
-    return suspects
-
 
 def _sdpa_what(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> str:
     return f"scaled_dot_product_attention(q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}" + (
@@ -243,7 +117,7 @@ def _out_then_weights(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor, m
     got_out, got_weights = result
     if (isinstance(got_out, Tensor) and isinstance(got_weights, Tensor) and got_out.shape == weights.shape
             and got_weights.shape == out.shape and out.shape != weights.shape):
-        raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
+        raise mistake(known.SWAPPED, what)
 
 
 def _zeros_on_dead_rows(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> None:
@@ -262,18 +136,13 @@ def _dead_rows_are_zero(result: Any, what: str, q: Tensor, k: Tensor, v: Tensor,
         return
     rows, outs = weights[dead], out[dead]
     if torch.isnan(rows).any() or torch.isnan(outs).any():
-        raise Mistake(
-            f"{what}: a query whose keys are all masked gets NaN, since the softmax of a row of -inf is 0/0 — "
-            f"such a row must give all-zero weights and an all-zero output", "NaN on fully masked rows")
+        raise mistake(known.DEAD_ROWS_NAN, what)
     expected = ref.scaled_dot_product_attention(q, k, v, mask)[1]
     if weights.shape != expected.shape or not torch.allclose(
             weights[~dead].double(), expected[~dead].double(), atol=1e-5, rtol=1e-4):
         return  # the other queries are wrong too: the mask judge below names that mistake
     if torch.allclose(rows, torch.full_like(rows, 1.0 / k.shape[-2]), atol=1e-4):
-        raise Mistake(
-            f"{what}: a query whose keys are all masked gets equal weights 1/T_k — that is what filling with a "
-            f"large negative number such as -1e9 does; fill with -inf and make such rows all zeros",
-            "large negative number instead of -inf")
+        raise mistake(known.DEAD_ROWS_EQUAL, what)
     if not (torch.equal(rows, torch.zeros_like(rows)) and torch.allclose(outs, torch.zeros_like(outs))):
         raise Mistake(f"{what}: a query whose keys are all masked must get all-zero weights and output")
 
@@ -295,7 +164,7 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
             raise Mistake(f"{what} should return a tuple (out, weights); got {result!r:.80}")
         shapes = tuple(tuple(t.shape) if isinstance(t, Tensor) else None for t in result)
         if shapes == (tuple(weights.shape), tuple(out.shape)) and out.shape != weights.shape:
-            raise Mistake(f"{what} returned weights first — return out, then weights", "out and weights swapped")
+            raise mistake(known.SWAPPED, what)
         for got, want, name in ((result[0], out, "out"), (result[1], weights, "weights")):
             if not isinstance(got, Tensor) or got.shape != want.shape:
                 shape = tuple(got.shape) if isinstance(got, Tensor) else type_name(got)
@@ -304,6 +173,7 @@ def _judge_sdpa_shapes(obs: Observations) -> None:
 
 
 register("scaled_dot_product_attention_shapes", _judge_sdpa_shapes)
+_sdpa_suspects = declared(known.SDPA, ref.scaled_dot_product_attention)
 _WEIGHTS_THEN_OUTPUT = ((1, "weights"), (0, "output"))  # the parts of (out, weights), in the order they are judged
 judge(Compare(SDPA_VALUES, ref.scaled_dot_product_attention, _sdpa_what, _sdpa_suspects,
               parts=_WEIGHTS_THEN_OUTPUT, guard=_out_then_weights))
@@ -323,26 +193,36 @@ register("scaled_dot_product_attention_errors", _judge_sdpa_errors)
 
 # ================================================================ SelfAttention
 
+def judge_declared_projections(obs: Observations, class_name: str, bias_ignored: KnownMistake,
+                               w_v_of_d_k: KnownMistake) -> None:
+    """Judge what :func:`~autograder.checks.core.probe_projections` recorded, naming the two mistakes of the
+    projections' layers from their declarations (Chapter 2's CausalSelfAttention passes its own)."""
+    for label, args, kwargs in PROJECTION_CASES:
+        d_model, d_k = args[:2]
+        d_v, bias = (args[2] if len(args) > 2 else d_k), kwargs.get("bias", False)
+        call = f"{class_name}({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
+        if isinstance(obs[label], Raised):
+            raise Mistake(f"{call} {obs[label].describe()}")
+        if not obs[label]["is_module"]:
+            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
+        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
+            facts = obs[label][name]
+            if facts["type"] != "Linear":
+                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
+            if tuple(facts["weight"]) != (out_features, d_model):
+                if name == "w_v" and d_v != d_k and tuple(facts["weight"]) == (d_k, d_model):
+                    raise mistake(w_v_of_d_k, "", call=call, d_model=d_model, d_k=d_k, d_v=d_v)
+                raise Mistake(f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
+                              f"{d_model} -> {out_features}" + (" — w_v maps d_model -> d_v; d_v falls back to d_k "
+                                                                "only when it is not given" if name == "w_v" else ""))
+            if facts["bias"] != bias:
+                raise mistake(bias_ignored, "", call=call, name=name, have="have" if bias else "have no")
+
+
 def _projected(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> tuple[Tensor, ...]:
     """q, k, v of ``x`` through the seeded projection weights of the case."""
     w = projection_weights(d_model, d_k, d_v, seed)
     return x @ w["w_q"].T, x @ w["w_k"].T, x @ w["w_v"].T
-
-
-def _forward_suspects(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> list[Suspect]:
-    """Suspects for SelfAttention's forward, each producing ``(out, weights)``."""
-    q, k, v = _projected(d_model, d_k, d_v, x, mask, seed)
-    attend = ref.scaled_dot_product_attention
-    return [
-        Suspect("the values are the input x itself — project them with w_v", "values not projected",
-                lambda: attend(q, k, x, mask)),
-        Suspect("the keys are computed with w_q — keys come from w_k",
-                "keys computed with w_q", lambda: attend(q, q, v, mask)),
-        Suspect("the mask is not passed on to the attention — forward(x, mask) must use it", "mask ignored",
-                lambda: attend(q, k, v)),
-        Suspect("the scores are scaled by √d_model instead of √d_k, the width of q and k",
-                "scaled by √d_model instead of √d_k", lambda: attend(q * math.sqrt(d_k / d_model), k, v, mask)),
-    ]
 
 
 def _a_pair_from_forward(result: Any, what: str, *case: Any) -> None:
@@ -358,6 +238,9 @@ def _forward_what(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | No
     return f"SelfAttention({d_model}, {d_k}, {d_v}) on x {tuple(x.shape)}" + ("" if mask is None else " with a mask")
 
 
+_forward_suspects = declared(known.FORWARD, ref.scaled_dot_product_attention,
+                             case=lambda d_model, d_k, d_v, x, mask, seed: (
+                                 *_projected(d_model, d_k, d_v, x, mask, seed), x, mask))
 judge(Compare(SELF_ATTENTION_FORWARD, _forward_reference, _forward_what, _forward_suspects,
               parts=_WEIGHTS_THEN_OUTPUT, guard=_a_pair_from_forward))
 
@@ -390,34 +273,16 @@ def _judge_module_gradients(obs: Observations) -> None:
         judge_tensor(obs[name], getattr(module, name).weight.grad, f"the gradient of SelfAttention.{name}.weight")
 
 
-register("SelfAttention_projections", lambda obs: judge_projections(obs, "SelfAttention"))
+register("SelfAttention_projections",
+         lambda obs: judge_declared_projections(obs, "SelfAttention", known.BIAS_IGNORED, known.W_V_OF_D_K))
 register("SelfAttention_gradients", _judge_module_gradients)
 
 
 # ================================================================ concept checks
 
-def _score_position_suspects(query: int, key: int) -> list[Suspect]:
-    return [
-        Suspect("row i of Q Kᵀ holds query i's dot products, so the row is the query's and the column the key's; K Qᵀ "
-                "is the transpose, not the same matrix",
-                "K·Qᵀ for Q·Kᵀ", lambda: (key, query)),
-        Suspect("positions count from 0, as Python's indices do",
-                "positions counted from 1", lambda: (query + 1, key + 1)),
-    ]
-
-
-def _score_count_suspects(n: int) -> list[Suspect]:
-    return [
-        Suspect("every query is compared with every key, so doubling the length quadruples the work and the memory: a "
-                "context is not free, let alone infinite", "cost taken as linear in the length", lambda: n),
-        Suspect("without a mask every query meets every key; the causal mask of Chapter 2 blocks the upper half, but "
-                "even then all n × n scores are computed",
-                "only the causal half counted", lambda: n * (n + 1) // 2),
-        Suspect("a token's query meets its own key too", "own score left out", lambda: n * (n - 1)),
-    ]
-
-
 register("score_position_answer", lambda obs: judge_answers(
-    obs, _SCORE_POSITION_CASES, ref.score_position, _score_position_suspects, lambda q, k: f"score_position({q}, {k})"))
+    obs, _SCORE_POSITION_CASES, ref.score_position,
+    declared(known.SCORE_POSITION, ref.score_position), lambda q, k: f"score_position({q}, {k})"))
 register("score_count_answer", lambda obs: judge_answers(
-    obs, _SCORE_COUNT_CASES, ref.score_count, _score_count_suspects, lambda n: f"score_count({n})"))
+    obs, _SCORE_COUNT_CASES, ref.score_count, declared(known.SCORE_COUNT, ref.score_count),
+    lambda n: f"score_count({n})"))
