@@ -33,10 +33,15 @@ def _normal(text: str) -> str:
     return " ".join(text.split())
 
 
+#: a quoted name alone on its line, such as a test's grade id in a list: grade ids are published (the notebooks'
+#: metadata, the feedback's table), and a name says nothing of how a check works
+_NAME_ONLY = re.compile(r"""(["'])\w+\1[,:]?""")
+
+
 def _keep(line: str) -> bool:
     line = line.strip()
     return (len(line) >= MIN_LENGTH and not line.startswith(("#", "def ", "class ", "@", "import ", "from "))
-            and not line.startswith(('"""', "'''")))
+            and not line.startswith(('"""', "'''")) and not _NAME_ONLY.fullmatch(line))
 
 
 def notebook_secrets(path: Path) -> tuple[set[str], set[str]]:

@@ -39,6 +39,7 @@ from notebook_grading import (
 )
 
 from attention_course.testing import mistake_name
+from autograder.leaks import REGION, all_secrets, scan
 
 
 def _catalogue(module: str):
@@ -218,6 +219,31 @@ _VISIBLE: dict[tuple, dict[str, str]] = {}
 
 def _visibly_named(assignment: str, entry) -> bool:
     return any(mistake_name(m) == entry.name for m in _visible(assignment, entry).values())
+
+
+@functools.cache
+def _secrets() -> frozenset[str]:
+    return frozenset(all_secrets())
+
+
+@pytest.mark.parametrize("assignment", sorted(CATALOGUES))
+def test_feedback_shows_no_hidden_test_and_no_line_of_the_reference(classes, assignment, tmp_path) -> None:
+    """Every feedback file the class grader wrote for the chapter's sample (failures with their messages among
+    them), scanned by the leak scanner of the student repository: no hidden test's text, no line of the reference
+    or of the hidden checks and judges. The scan finds a hidden test's line planted in one of those files."""
+    graded, _, folder = classes(assignment)
+    feedback = folder.parent / "out" / "feedback"
+    pages = sorted(feedback.rglob("*.html"))
+    assert len(pages) == len(graded.rows), f"{len(pages)} feedback pages for {len(graded.rows)} students"
+    leaks = scan([feedback], set(_secrets()))
+    assert not leaks, f"{assignment}: the feedback shows hidden text:\n" + "\n".join(leaks[:20])
+    hidden_tests = [" ".join(line.split()) for cell in nbformat.read(source_notebook(assignment), 4).cells
+                    for kind, body in REGION.findall(cell.source) if kind == "HIDDEN TESTS"
+                    for line in body.splitlines()]
+    line = next(line for line in hidden_tests if line in _secrets())
+    planted = tmp_path / pages[0].name
+    planted.write_text(pages[0].read_text() + f"<pre>{line}</pre>")
+    assert scan([planted], set(_secrets())), "the scan missed a hidden test's line in a feedback page"
 
 
 @pytest.mark.parametrize("case", WRONG, ids=_id)
