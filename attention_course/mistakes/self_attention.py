@@ -208,7 +208,9 @@ FORWARD = Mistakes([
                  lambda right, q, k, v, x, mask: right(q * math.sqrt(q.shape[-1] / x.shape[-1]), k, v, mask)),
 ])
 
-#: Of the projections' layers; these give no value to compare (``fields`` in braces).
+#: Of forward's signature, and of the projections' layers; these give no value to compare (``fields`` in braces).
+MASK_WITHOUT_DEFAULT = KnownMistake("mask without a default", "forward(x) alone raises TypeError: the mask is "
+                                    "optional — `def forward(self, x, mask=None)`, and None means no masking")
 BIAS_IGNORED = KnownMistake("bias argument ignored", "{call}.{name} should {have} bias — pass bias=bias to nn.Linear")
 W_V_OF_D_K = KnownMistake("w_v of width d_k instead of d_v", "{call}.w_v maps {d_model} -> {d_k} features, expected "
                           "{d_model} -> {d_v} — w_v maps d_model -> d_v; d_v falls back to d_k only when it is not "

@@ -44,13 +44,19 @@ def _with_neg_inf(seed: int, slice_: tuple) -> Tensor:
 
 # ================================================================ softmax
 
+def _softmax_call(student: Any, x: Tensor, dim: int | None) -> Any:
+    """``softmax(x, dim)``, or ``softmax(x)`` for a case whose ``dim`` is None: the default must be -1."""
+    return student(x) if dim is None else student(x, dim)
+
+
 SOFTMAX_VALUES = declare(Check("softmax_sums_to_one", [
     (seeded(2, 3, 5, seed=11), -1),
     (seeded(2, 3, 5, seed=12), 1),
     (seeded(4, 4, seed=13), 0),
     (seeded(5, 5, seed=15), -1),
     (seeded(3, 4, seed=14, scale=3.0), -1),
-]))
+    (seeded(4, 6, seed=16), None),  # dim left to its default, -1
+], call=_softmax_call))
 SOFTMAX_STABLE = declare(Check("softmax_stable", [
     (seeded(3, 6, seed=21, scale=1000.0), -1),
     (seeded(4, 5, seed=22) + torch.tensor([[0.0], [-3000.0], [500.0], [-90.0]]), -1),
@@ -148,8 +154,10 @@ register("scaled_dot_product_attention_errors", _probe_sdpa_errors)
 
 def _run_self_attention(student: Any, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
                         seed: int) -> Any:
-    """``SelfAttention(d_model, d_k, d_v)`` with the seeded projection weights, on ``x`` and ``mask``."""
-    return load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))(x, mask)
+    """``SelfAttention(d_model, d_k, d_v)`` with the seeded projection weights, on ``x`` and ``mask``; without a mask
+    it is called as ``forward(x)``: the mask defaults to None."""
+    module = load_weights(student(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed))
+    return module(x) if mask is None else module(x, mask)
 
 
 SELF_ATTENTION_FORWARD = declare(Check("SelfAttention_forward", [  # (d_model, d_k, d_v, x, mask, seed)

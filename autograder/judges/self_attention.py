@@ -62,8 +62,14 @@ LIBRARY_SOFTMAX = ("softmax", "log_softmax", "_softmax", "softmin")
 
 # ================================================================ softmax
 
-judge(Compare(SOFTMAX_VALUES, ref.softmax, lambda x, dim: f"softmax(x of shape {tuple(x.shape)}, dim={dim})",
-              declared(known.SOFTMAX, ref.softmax)))
+def _default_dim(x: Tensor, dim: int | None) -> tuple[Tensor, int]:
+    """A case of softmax_sums_to_one with its dim: None stands for the default, -1."""
+    return x, -1 if dim is None else dim
+
+
+judge(Compare(SOFTMAX_VALUES, lambda x, dim: ref.softmax(*_default_dim(x, dim)),
+              lambda x, dim: f"softmax(x of shape {tuple(x.shape)}" + ("" if dim is None else f", dim={dim}") + ")",
+              declared(known.SOFTMAX, ref.softmax, case=_default_dim)))
 judge(Compare(SOFTMAX_STABLE, ref.softmax, lambda x, _: f"softmax of large inputs (up to {x.abs().max().item():.0f})",
               declared(known.SOFTMAX_STABLE, ref.softmax), hint="subtract the maximum along `dim` before exp"))
 judge(Compare(SOFTMAX_MASKED, ref.softmax, lambda _, dim: f"softmax(x with -inf entries, dim={dim})",
@@ -241,8 +247,15 @@ def _forward_what(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | No
 _forward_suspects = declared(known.FORWARD, ref.scaled_dot_product_attention,
                              case=lambda d_model, d_k, d_v, x, mask, seed: (
                                  *_projected(d_model, d_k, d_v, x, mask, seed), x, mask))
+def _forward_crashed(raised: Raised, what: str, d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None,
+                     seed: int) -> Mistake:
+    if mask is None and raised.type == "TypeError" and "mask" in raised.message:
+        return mistake(known.MASK_WITHOUT_DEFAULT, f"{what}, called as forward(x)")
+    return Mistake(f"{what} {raised.describe()}")
+
+
 judge(Compare(SELF_ATTENTION_FORWARD, _forward_reference, _forward_what, _forward_suspects,
-              parts=_WEIGHTS_THEN_OUTPUT, guard=_a_pair_from_forward))
+              parts=_WEIGHTS_THEN_OUTPUT, guard=_a_pair_from_forward, crashed=_forward_crashed))
 
 
 def _judge_module_gradients(obs: Observations) -> None:

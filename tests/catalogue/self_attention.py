@@ -37,6 +37,13 @@ def softmax_axis_zero(x, dim=-1):
     return e / e.sum(dim=0, keepdim=True)
 
 
+def softmax_dim_zero_by_default(x, dim=0):  # "the first axis" read as the default; right when dim is given
+    finite_max = x.amax(dim=dim, keepdim=True).nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    e = torch.exp(x - finite_max)
+    total = e.sum(dim=dim, keepdim=True)
+    return e / torch.where(total == 0, torch.ones_like(total), total)
+
+
 def softmax_ignores_dim(x, dim=-1):
     m = x.amax(dim=-1, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
@@ -448,6 +455,17 @@ class SelfAttentionDropsMask(nn.Module):
         return scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x))
 
 
+class SelfAttentionMaskRequired(nn.Module):  # forward(x, mask): right with a mask, a TypeError without one
+    def __init__(self, d_model, d_k, d_v=None, bias=False):
+        super().__init__()
+        self.w_q = nn.Linear(d_model, d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, d_v or d_k, bias=bias)
+
+    def forward(self, x, mask):
+        return scaled_dot_product_attention(self.w_q(x), self.w_k(x), self.w_v(x), mask)
+
+
 class SelfAttentionScaledByDModel(nn.Module):
     def __init__(self, d_model, d_k, d_v=None, bias=False):
         super().__init__()
@@ -551,6 +569,8 @@ WRONG = [
           "softmax_masked_entries"),
     Entry("softmax", "global instead of per-slice max", softmax_global_max, "global instead of per-slice max",
           "softmax_stable"),
+    Entry("softmax", "dim defaulting to 0", softmax_dim_zero_by_default, "softmax over the wrong axis",
+          "softmax_sums_to_one"),
     Entry("softmax", "sum without keepdim", softmax_no_keepdim, "forgot keepdim", "softmax_sums_to_one"),
     Entry("softmax", "calling the library softmax", softmax_library, LIBRARY_CALL, "softmax_no_library"),
     Entry("softmax", "dtype changed to float32", softmax_float32, DTYPE_CHANGED, "softmax_contract"),
@@ -607,6 +627,8 @@ WRONG = [
     Entry("SelfAttention", "keys computed with w_q", SelfAttentionQueryAsKey, "keys computed with w_q",
           "SelfAttention_forward"),
     Entry("SelfAttention", "mask not passed on", SelfAttentionDropsMask, "mask ignored", "SelfAttention_forward"),
+    Entry("SelfAttention", "mask without a default", SelfAttentionMaskRequired, "mask without a default",
+          "SelfAttention_forward"),
     Entry("SelfAttention", "scaled by √d_model", SelfAttentionScaledByDModel, "scaled by √d_model instead of √d_k",
           "SelfAttention_forward"),
     Entry("SelfAttention", "w_q frozen by torch.no_grad", SelfAttentionFrozenQuery, GRAPH_CUT,
