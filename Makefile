@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # nbgrader shells out to alembic and jupyter: the venv's bin must come first on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: venv book notebooks grade student-repo release test chapter lint clean
+.PHONY: venv book notebooks grade formgrader student-repo release test chapter lint clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ notebooks: $(STAMP)  ## regenerate the student notebooks in notebooks/ from auto
 grade: $(STAMP)  ## grade a class: make grade ASSIGNMENT=01_self_attention SUBMISSIONS=path/to/folder-or.zip
 	@test -n "$(ASSIGNMENT)" -a -n "$(SUBMISSIONS)" || { echo "usage: make grade ASSIGNMENT=<id> SUBMISSIONS=<folder or .zip> [OUT=dir]"; exit 2; }
 	$(BIN)/python -m autograder grade $(ASSIGNMENT) $(SUBMISSIONS) $(if $(OUT),--out $(OUT))
+
+formgrader: $(STAMP)  ## nbgrader's formgrader in JupyterLab, served from autograder/: make formgrader [PORT=8888]
+	$(BIN)/python -m autograder formgrader $(if $(PORT),--port $(PORT))
 
 student-repo: book  ## the public student repository: make student-repo OUT=DIR [STUDENT_REPOSITORY=URL] (book/instructor.md)
 	$(BIN)/python -m autograder student-repo $(or $(OUT),student-repo) \

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,6 +73,35 @@ def _export(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                            args.roster, args.assignment, args.column, args.missing)
     except export.ExportError as err:
         parser.error(str(err))
+
+
+def _formgrader(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """nbgrader's formgrader: JupyterLab served from the course root, where nbgrader finds nbgrader_config.py, the
+    sources, the gradebook that grade writes and the course's exchange."""
+    from autograder.release import nbgrader_env
+
+    course = (args.course or COURSE_ROOT).resolve()
+    if not (course / "nbgrader_config.py").is_file():
+        parser.error(f"{course} is not an nbgrader course root: it has no nbgrader_config.py")
+    # the exchange nbgrader_config.py names: the formgrader offers to release only once it exists, and nbgrader
+    # creates it only at the first release_assignment, so make it here as that command does (everyone may write)
+    exchange = Path(os.environ.get("NBGRADER_EXCHANGE") or course / "exchange")
+    if not exchange.exists():
+        try:
+            exchange.mkdir(parents=True)
+            exchange.chmod(0o777)
+        except OSError as err:
+            print(f"note: cannot create the exchange {exchange} ({err.strerror or err}): the formgrader will not "
+                  "release assignments; set NBGRADER_EXCHANGE to a folder you can write to", file=sys.stderr)
+    extra = args.jupyter_args[1:] if args.jupyter_args[:1] == ["--"] else args.jupyter_args
+    command = [str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", f"--port={args.port}",
+               f"--ServerApp.root_dir={course}", *extra]
+    print(f"the formgrader of {course}: open http://localhost:{args.port}/formgrader (JupyterLab prints the address "
+          "with its token below; Ctrl-C stops it)", flush=True)
+    try:
+        return subprocess.run(command, cwd=course, env=nbgrader_env()).returncode
+    except KeyboardInterrupt:
+        return 0
 
 
 def _student_repo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -416,6 +446,12 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--student-repository", metavar="URL", help="the public student repository "
                         "(https://github.com/OWNER/NAME) that the site's repository and launch buttons name "
                         "(default: student_repository in _config.yml)")
+    formgrader = commands.add_parser("formgrader", help="nbgrader's formgrader in JupyterLab, served from the course "
+                                     "root (autograder/)")
+    formgrader.add_argument("--port", type=int, default=8888, help="the port to serve on (default 8888)")
+    formgrader.add_argument("--course", type=Path, help="another nbgrader course root (default: autograder/)")
+    formgrader.add_argument("jupyter_args", nargs=argparse.REMAINDER,
+                            help="after --, options for jupyter lab, e.g. -- --ServerApp.ip=0.0.0.0")
     exporting = commands.add_parser("export", help="write the gradebook's grades in an LMS's import format (Canvas, "
                                     "Moodle) or a plain CSV")
     exporting.add_argument("format", choices=("canvas", "moodle", "plain"), help="the file's format")
@@ -447,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "selftest":  # grade sets it while its first worker starts (_warm_start)
         _one_torch_thread_per_judge()
     commands = {"notebooks": _notebooks, "grade": _grade, "selftest": _selftest, "student-repo": _student_repo,
-                "new-exercise": _new_exercise, "export": _export}
+                "new-exercise": _new_exercise, "export": _export,
+                "formgrader": _formgrader}
     return commands[args.command](args, parser)
 
 

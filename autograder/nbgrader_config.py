@@ -4,6 +4,8 @@ Run nbgrader from this directory with the venv's ``bin`` on ``PATH`` (nbgrader
 shells out to ``alembic``); ``make notebooks`` and the tests do that for you.
 """
 
+import os
+
 c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
 
 # A new gradebook without a 3 s `alembic heads` subprocess (see autograder/release.py); an environment
@@ -16,6 +18,12 @@ else:
     fast_gradebook_creation()
 
 c.CourseDirectory.course_id = "attention-from-scratch"
+
+# The exchange that release_assignment, fetch_assignment, submit and collect pass notebooks through: a folder of
+# the course, so that they work without root on one machine (nbgrader's default, /usr/local/share/nbgrader/exchange,
+# needs root to create). On a shared server, point NBGRADER_EXCHANGE at a folder every learner can write to.
+c.Exchange.root = os.environ.get("NBGRADER_EXCHANGE") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                       "exchange")
 c.CourseDirectory.source_directory = "source"
 c.CourseDirectory.release_directory = "release"
 

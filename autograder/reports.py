@@ -164,5 +164,9 @@ def write_gradebook(results: list[Result], notebook_name: str, release: dict, db
                 if cell.grade_id not in grades:
                     raise ValueError(f"{result.student_id}: the gradebook has no test cell {cell.grade_id!r} in "
                                      f"{notebook} of {assignment}")
-                grades[cell.grade_id].auto_score = cell.points
+                grade = grades[cell.grade_id]
+                grade.auto_score = cell.points
+                # as nbgrader's SaveAutoGrades: a manual score given earlier still wants a look, else none is needed
+                # (left at its default, the formgrader listed every student as "needs manual grading")
+                grade.needs_manual_grade = grade.manual_score is not None
         gradebook.db.commit()
