@@ -1,24 +1,25 @@
 """Judges of Chapter 2 (``02_causal_masking``), against :mod:`solutions.masking`.
 
 Every check id is the ``grade_id`` of the test cell that runs it; its cases
-and probe are in :mod:`autograder.checks.masking`. Each ``Suspect``
-recomputes, on the same inputs, what one plausible mistake would return, so
-that a failing learner is told which mistake it looks like. Masks are compared
+and probe are in :mod:`autograder.checks.masking`. Every named mistake is
+declared once, in :mod:`attention_course.mistakes.masking`, which the visible
+checks use too: the judges pass the reference as ``right``
+(``declared(known.GROUP, reference)``) and raise the value-free ones with
+``mistake(known.NAME, what, **fields)``. Masks are compared
 exactly; a mask's dtype and device have cells of their own, so a float 0/1
 mask with the right pattern loses only the dtype point.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable
-from functools import reduce
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_RETURN
+from attention_course.mistakes import masking as known
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_RETURN, KnownMistake
 from autograder.checks.core import (
     Mistake,
     Observations,
@@ -47,23 +48,24 @@ from autograder.checks.masking import (
     PADDING_ERRORS,
     PADDING_VALUES,
     _pad,
-    _tril,
 )
 from autograder.judges.core import (
     Compare,
     Suspect,
+    declared,
     first_index,
     judge,
     judge_answers,
     judge_cases,
-    judge_projections,
     judge_tensor,
     matching_suspect,
+    mistake,
     register,
     same_values,
     type_name,
     value_errors,
 )
+from autograder.judges.self_attention import judge_declared_projections
 from solutions import masking as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
 
@@ -122,52 +124,20 @@ def _judge_bool(facts: Any, what: str) -> None:
     if not isinstance(facts, dict):
         raise Mistake(f"{what} should return a boolean tensor, got a {type_name(facts)}")
     if facts["dtype"] != "torch.bool":
-        kind = "float" if "float" in facts["dtype"] else "integer"
-        raise Mistake(f"{what} returned a {facts['dtype']} tensor — masks are boolean, True = may attend, as "
-                      f"F.scaled_dot_product_attention expects; a comparison (`j <= i`, `tokens != pad_id`), `&` of "
-                      f"booleans or dtype=torch.bool gives one", f"{kind} mask instead of bool")
+        raise mistake(known.FLOAT_MASK if "float" in facts["dtype"] else known.INTEGER_MASK, what,
+                      dtype=facts["dtype"])
 
 
-def _judge_device(facts: Any, what: str, device: str, where: str) -> None:
+def _judge_device(facts: Any, what: str, device: str, ignored: KnownMistake) -> None:
     if isinstance(facts, Raised):
         if "device" in facts.message.lower():
-            raise Mistake(f"{what} {facts.describe()} — {where}", "device ignored")
+            raise mistake(ignored, what, found=facts.describe())
         raise Mistake(f"{what} {facts.describe()}")
     if isinstance(facts, dict) and facts["device"] != device:
-        raise Mistake(f"{what} is on {facts['device']}, expected {device} — {where}", "device ignored")
+        raise mistake(ignored, what, found=f"it is on {facts['device']}, expected {device}")
 
 
 # ================================================================ causal_mask
-
-def _causal_suspects(t_q: int, t_k: int | None = None) -> list[Suspect]:
-    t_k = t_q if t_k is None else t_k
-    offset = t_k - t_q
-    return [
-        Suspect("it is the upper triangle: query i may attend itself and the keys *after* it — keep the lower "
-                "triangle, `j <= i`", "upper instead of lower triangle",
-                lambda: torch.triu(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=offset)),
-        Suspect("True marks the blocked future here, as in nn.Transformer's masks; in this course (and in "
-                "F.scaled_dot_product_attention) True means 'may attend'", "inverted: True marks the future",
-                lambda: ~ref.causal_mask(t_q, t_k)),
-        Suspect("the diagonal is blocked: a token may attend itself, so key j = i must be True",
-                "diagonal excluded", lambda: _tril(t_q, t_k, offset - 1)),
-        Suspect("it is a 0/-inf float mask; causal_mask returns the boolean mask (True = may attend) and "
-                "`additive_mask` converts it", "additive 0/-inf mask instead of boolean",
-                lambda: ref.additive_mask(ref.causal_mask(t_q, t_k))),
-        Suspect(f"with t_q={t_q} queries and t_k={t_k} keys the queries are the *last* t_q positions, so query i "
-                f"may attend keys j <= i + (t_k - t_q) = i + {offset}; this mask lines query 0 up with key 0, as "
-                f"if there were no cache", "queries aligned with the first key", lambda: _tril(t_q, t_k)),
-        Suspect(f"it has shape ({t_k}, {t_k}): the mask must have one row per query, (t_q, t_k) = ({t_q}, {t_k}) — "
-                f"keep the last t_q rows of the square mask, or use j <= i + (t_k - t_q)",
-                "a t_k × t_k mask", lambda: _tril(t_k, t_k)),
-        Suspect(f"it has shape ({t_q}, {t_q}): t_k is ignored; the mask must be (t_q, t_k) = ({t_q}, {t_k})",
-                "t_k ignored", lambda: _tril(t_q, t_q)),
-        Suspect(f"the offset has the wrong sign: query i may attend keys j <= i + (t_k - t_q) = i + {offset}, "
-                f"not i - {offset}", "offset with the wrong sign", lambda: _tril(t_q, t_k, -offset)),
-        Suspect("nothing is masked: every query may attend every key", "no masking",
-                lambda: torch.ones(t_q, t_k, dtype=torch.bool)),
-    ]
-
 
 def _causal_what(t_q: int, t_k: int | None = None) -> str:
     return f"causal_mask({t_q})" if t_k is None else f"causal_mask({t_q}, {t_k})"
@@ -177,6 +147,7 @@ def _causal_hint(t_q: int, t_k: int | None = None) -> str:
     return f"query i may attend key j iff j <= i + (t_k - t_q) = i + {0 if t_k is None else t_k - t_q}"
 
 
+_causal_suspects = declared(known.CAUSAL, ref.causal_mask)
 judge(Compare(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
 judge(Compare(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
 
@@ -185,10 +156,9 @@ def _judge_causal_dtype_device(obs: Observations) -> None:
     _judge_bool(obs["square"], "causal_mask(4)")
     _judge_bool(obs["offset"], "causal_mask(3, 5)")
     _judge_bool(obs["cpu"], "causal_mask(3, 5, device=torch.device('cpu'))")
-    where = "create the mask on `device` (pass device=device to torch.ones / torch.arange)"
     for key, call, shape in (("meta", "causal_mask(3, 5, device='meta')", (3, 5)),
                              ("meta_keyword", "causal_mask(2, t_k=6, device=torch.device('meta'))", (2, 6))):
-        _judge_device(obs[key], call, "meta", where)
+        _judge_device(obs[key], call, "meta", known.CAUSAL_DEVICE)
         _judge_bool(obs[key], call)
         if obs[key]["shape"] != shape:
             raise Mistake(f"causal_mask on the meta device has shape {obs[key]['shape']}, expected {shape}")
@@ -201,33 +171,12 @@ register(CAUSAL_ERRORS.id, value_errors(CAUSAL_ERRORS, [
 
 # ================================================================ padding_mask
 
-def _padding_suspects(tokens: Tensor, pad_id: int) -> list[Suspect]:
-    keep = tokens != pad_id  # (B, T)
-    batch, t = tokens.shape
-    return [
-        Suspect("it is True at the padding; padding_mask is True where a token may be attended, i.e. where it "
-                "is *not* pad_id", "inverted: True at the pads", lambda: (tokens == pad_id).unsqueeze(1)),
-        Suspect(f"it has shape (B, T) = {(batch, t)}; add the query axis so it is (B, 1, T) = {(batch, 1, t)} and "
-                f"broadcasts over the queries of the scores (B, T_q, T_k)", "no query axis",
-                lambda: keep),
-        Suspect(f"it has shape (B, T, 1) = {(batch, t, 1)}: that masks *queries* (rows of the scores), not keys; "
-                f"the key axis is the last one, so unsqueeze(1) to get (B, 1, T)",
-                "padding masks queries instead of keys", lambda: keep.unsqueeze(-1)),
-        Suspect(f"it compares with 0, not with pad_id = {pad_id}", "pad_id ignored",
-                lambda: (tokens != 0).unsqueeze(1)),
-        Suspect(f"it is expanded to (B, T, T) = {(batch, t, t)}; return (B, 1, T) and let broadcasting do the rest",
-                "expanded over the queries", lambda: keep.unsqueeze(1).expand(batch, t, t)),
-        Suspect("it is a 0/-inf float mask; padding_mask returns the boolean mask, True = may attend",
-                "additive 0/-inf mask instead of boolean", lambda: ref.additive_mask(keep.unsqueeze(1))),
-    ]
-
-
 def _padding_what(tokens: Tensor, pad_id: int) -> str:
     rows = tokens.tolist() if tokens.numel() <= 12 else f"tokens {tuple(tokens.shape)}"
     return f"padding_mask({rows}, pad_id={pad_id})"
 
 
-judge(Compare(PADDING_VALUES, ref.padding_mask, _padding_what, _padding_suspects,
+judge(Compare(PADDING_VALUES, ref.padding_mask, _padding_what, declared(known.PADDING, ref.padding_mask),
               hint="True where the token is not pad_id, with an axis of size 1 for the queries", compare=judge_mask))
 
 
@@ -240,14 +189,14 @@ def _judge_padding_shape(obs: Observations) -> None:
         if not isinstance(facts, dict):
             _judge_bool(facts, what)  # None or not a tensor: it says which
         if facts["shape"] != (batch, 1, t):
-            mistake = {(batch, t): "no query axis", (batch, t, 1): "padding masks queries instead of keys",
-                       (batch, t, t): "expanded over the queries"}.get(facts["shape"])
-            raise Mistake(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis "
-                          f"of size 1 stands for the queries, so the mask blocks the same keys for every query",
-                          mistake)
+            named = {(batch, t): known.PADDING_NO_QUERY_AXIS, (batch, t, 1): known.PADDING_ON_QUERIES,
+                     (batch, t, t): known.PADDING_EXPANDED}.get(facts["shape"])
+            if named is None:
+                raise Mistake(f"{what} has shape {facts['shape']}, expected (B, 1, T) = {(batch, 1, t)}: the axis "
+                              f"of size 1 stands for the queries, so the mask blocks the same keys for every query")
+            raise mistake(named, what, shape=facts["shape"], expected=(batch, 1, t))
         _judge_bool(facts, what)
-    _judge_device(obs["meta"], "padding_mask of tokens on the meta device", "meta",
-                  "compare the tokens themselves; don't build a new tensor on the CPU")
+    _judge_device(obs["meta"], "padding_mask of tokens on the meta device", "meta", known.PADDING_DEVICE)
 
 
 register("padding_mask_shape", _judge_padding_shape)
@@ -258,19 +207,8 @@ register(PADDING_ERRORS.id, value_errors(PADDING_ERRORS, [
 
 # ================================================================ combine_masks
 
-def _combine_suspects(masks: list[Tensor]) -> list[Suspect]:
-    return [
-        Suspect("it is the OR of the masks: a key is allowed when *any* mask allows it; it must be allowed by "
-                "every mask — use `&`", "OR instead of AND", lambda: reduce(operator.or_, masks)),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
-                "only the last mask kept", lambda: masks[-1].expand(torch.broadcast_shapes(*(m.shape for m in masks)))),
-        Suspect("it keeps only the last mask; combine each mask with the result so far, `out = out & m`",
-                "only the last mask kept", lambda: masks[-1]),
-        Suspect("it keeps only the first mask; combine each mask with the result so far, `out = out & m`",
-                "only the first mask kept", lambda: masks[0]),
-        Suspect("it is inverted: the AND of the masks is True where a key may be attended",
-                "inverted result", lambda: ~reduce(operator.and_, masks)),
-    ]
+_combine_suspects = declared(known.COMBINE, ref.combine_masks)
+_none_suspects = declared(known.NONE_BLOCKS, ref.combine_masks)
 
 
 def _combine_call(masks: list[Tensor]) -> str:
@@ -288,9 +226,8 @@ def _judge_combine(obs: Observations) -> None:
         what = _combine_call(masks)
         shapes_differ = len({m.shape for m in masks}) > 1
         if isinstance(result, Raised) and result.type == "RuntimeError" and shapes_differ:
-            raise Mistake(f"{what} {result.describe()} — masks of different shapes must broadcast together: "
-                          f"`a & b` broadcasts, torch.stack and torch.cat do not", "masks not broadcast")
-        judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(masks),
+            raise mistake(known.NOT_BROADCAST, raised=f"{what} {result.describe()}")
+        judge_mask(result, ref.combine_masks(*masks), what, _combine_suspects(*masks),
                    hint="a key may be attended only if every mask allows it")
         _judge_bool(tensor_facts(result), what)
 
@@ -306,20 +243,15 @@ def _judge_combine_none(obs: Observations) -> None:
         if isinstance(out, Raised):
             if given:
                 if "none" in out.message.lower():
-                    raise Mistake(f"{what} {out.describe()} — skip the None entries before combining",
-                                  "None not ignored")
+                    raise mistake(known.NONE_RAISED, raised=f"{what} {out.describe()}")
                 raise Mistake(f"{what} {out.describe()}")
-            raise Mistake(f"{what} {out.describe()} — when every mask is None there is nothing to combine: "
-                          f"return None", "all None should give None")
+            raise mistake(known.ALL_NONE_RAISED, raised=f"{what} {out.describe()}")
         if not given:
             if out is not None:
-                raise Mistake(f"{what} returned {out!r:.60} — with no mask at all the result is None, meaning "
-                              f"'no masking', which attention(q, k, v, mask=None) understands",
-                              "all None should give None")
+                raise mistake(known.ALL_NONE_RETURNED, what, returned=f"{out!r:.60}")
             continue
-        suspects = [Suspect("None was treated as a mask that blocks everything", "None not ignored",
-                            lambda given=given: torch.zeros_like(reduce(operator.and_, given)))]
-        judge_mask(out, ref.combine_masks(*args), what, suspects + (_combine_suspects(given) if len(given) > 1 else []),
+        suspects = _none_suspects(*args) + (_combine_suspects(*given) if len(given) > 1 else [])
+        judge_mask(out, ref.combine_masks(*args), what, suspects,
                    hint="None entries are ignored")
 
 
@@ -332,29 +264,7 @@ register(COMBINE_ERRORS.id, value_errors(COMBINE_ERRORS, [
 
 # ================================================================ additive_mask
 
-def _additive_suspects(mask: Tensor, dtype: torch.dtype = torch.float32) -> list[Suspect]:
-    zeros = torch.zeros(mask.shape, dtype=dtype)
-    return [
-        Suspect("blocked entries hold -1e9, not -inf: a large negative number is not the same mask — a row "
-                "with every key blocked gets equal weights instead of zeros", "large negative number instead of -inf",
-                lambda: zeros.masked_fill(~mask, -1e9)),
-        Suspect("blocked entries hold torch.finfo(dtype).min, not -inf", "finfo.min instead of -inf",
-                lambda: zeros.masked_fill(~mask, torch.finfo(dtype).min)),
-        Suspect("it is the mask as numbers, 1 where True and 0 where False; adding it to the scores blocks nothing "
-                "— the additive form is 0 where True and -inf where False", "bool mask cast to 1/0",
-                lambda: mask.to(dtype)),
-        Suspect("it is 0 where True and 1 where False; blocked entries must be -inf, so exp(-inf) = 0",
-                "blocked keys get 1, not -inf", lambda: (~mask).to(dtype)),
-        Suspect("it is inverted: -inf must go where the mask is False (blocked), 0 where it is True",
-                "inverted: -inf where True", lambda: zeros.masked_fill(mask, NEG_INF)),
-        Suspect("it holds NaN where the mask is True: 0 × -inf is NaN, so multiplying the mask by -inf does not "
-                "work — fill with masked_fill or torch.where", "mask multiplied by -inf",
-                lambda: (~mask).to(dtype) * NEG_INF),
-        Suspect("blocked entries hold +inf; they must be -inf so that exp gives 0", "positive infinity instead of -inf",
-                lambda: zeros.masked_fill(~mask, float("inf"))),
-    ]
-
-
+_additive_suspects = declared(known.ADDITIVE, ref.additive_mask)
 judge(Compare(ADDITIVE_VALUES, ref.additive_mask, lambda mask: f"additive_mask(mask {tuple(mask.shape)})",
               _additive_suspects, hint="0.0 where the mask is True, -inf where it is False", compare=judge_mask))
 
@@ -365,20 +275,17 @@ def _judge_additive_dtype_device(obs: Observations) -> None:
     if isinstance(facts, Raised):
         raise Mistake(f"additive_mask(mask) {facts.describe()}")
     if isinstance(facts, dict) and facts["dtype"] != "torch.float32":
-        raise Mistake(f"additive_mask(mask) returned {facts['dtype']}; its default dtype is torch.float32",
-                      "wrong default dtype")
+        raise mistake(known.WRONG_DEFAULT_DTYPE, "additive_mask(mask)", dtype=facts["dtype"])
     for dtype, out in zip(_DTYPES, obs["dtypes"], strict=True):
         what = f"additive_mask(mask, dtype={dtype})"
         if isinstance(out, Tensor) and out.dtype != dtype:
-            raise Mistake(f"{what} returned {out.dtype} — create the result in the requested dtype, "
-                          f"`torch.zeros(mask.shape, dtype=dtype, ...)`", "dtype argument ignored")
+            raise mistake(known.DTYPE_IGNORED, what, dtype=out.dtype)
         judge_mask(out, ref.additive_mask(mask, dtype), what, _additive_suspects(mask, dtype),
                    hint=f"-inf exists in every floating dtype, {dtype} included")
     positional = obs["positional"]
     if isinstance(positional, dict) and positional["dtype"] != "torch.float64":
-        raise Mistake(f"additive_mask(mask, torch.float64) returned {positional['dtype']}", "dtype argument ignored")
-    _judge_device(obs["meta"], "additive_mask of a mask on the meta device", "meta",
-                  "create the result on mask.device")
+        raise mistake(known.DTYPE_IGNORED, "additive_mask(mask, torch.float64)", dtype=positional["dtype"])
+    _judge_device(obs["meta"], "additive_mask of a mask on the meta device", "meta", known.ADDITIVE_DEVICE)
 
 
 register("additive_mask_dtype_device", _judge_additive_dtype_device)
@@ -399,36 +306,13 @@ def _allowed(x: Tensor, tokens: Tensor | None) -> Tensor:
     return ref.combine_masks(ref.causal_mask(x.shape[1]), _pad(tokens))
 
 
-def _module_mistakes(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None,
-                     seed: int) -> list[Suspect]:
-    """The plausible wrong masks: each one's ``produce()`` returns (out, weights) of attention under it."""
-    q, k, v = _projected(d_model, d_k, d_v, x, seed)
-    t = x.shape[1]
-    causal, pad = ref.causal_mask(t), _pad(tokens)
-    run = lambda mask: attend(q, k, v, mask)  # noqa: E731
-    mistakes = [
-        Suspect("the causal mask is not applied: position i also attends the positions after it — combine "
-                "causal_mask(T) with pad_mask", "no causal mask", lambda: run(pad)),
-        Suspect("the causal mask is the upper triangle: position i attends the positions *after* it",
-                "upper instead of lower triangle", lambda: run(ref.combine_masks(causal.T, pad))),
-        Suspect("the mask is inverted: True means 'may attend', so pass the mask itself, not its negation",
-                "inverted mask", lambda: run(~ref.combine_masks(causal, pad))),
-        Suspect("the diagonal is masked: a position must attend itself", "diagonal excluded",
-                lambda: run(ref.combine_masks(_tril(t, t, -1), pad))),
-    ]
-    if pad is not None:
-        mistakes += [
-            Suspect("pad_mask is not used: real tokens still attend the padding — combine it with the causal mask",
-                    "pad_mask ignored", lambda: run(causal)),
-            Suspect("pad_mask was turned into (B, T, 1), so it blocks padded *queries* (rows) instead of padded keys "
-                    "(columns); keep it (B, 1, T)", "padding masks queries instead of keys",
-                    lambda: run(causal & pad.transpose(-2, -1))),
-            Suspect("the masks are combined with OR: a key must be allowed by the causal mask *and* the padding mask",
-                    "OR instead of AND", lambda: run(causal | pad)),
-            Suspect("pad_mask is negated: padding_mask is True at real tokens, so use it as it is", "pad_mask inverted",
-                    lambda: run(causal & ~pad)),
-        ]
-    return mistakes
+def _module_case(d_model: int, d_k: int, d_v: int, x: Tensor, tokens: Tensor | None, seed: int) -> tuple:
+    """A case of the module as the declarations take it: (q, k, v, causal, pad)."""
+    return (*_projected(d_model, d_k, d_v, x, seed), ref.causal_mask(x.shape[1]), _pad(tokens))
+
+
+#: The plausible wrong masks: each one's ``produce()`` returns (out, weights) of attention under it.
+_module_mistakes = declared(known.MODULE, attend, case=_module_case)
 
 
 def _nan_only_in_empty_rows(got: Any, allowed: Tensor, batch_t: torch.Size) -> bool:
@@ -458,9 +342,7 @@ def _pair_without_nan(result: Any, what: str, d_model: int, d_k: int, d_v: int, 
         raise Mistake(f"{what} should return a tuple (out, weights) from forward; got a {type_name(result)}")
     for part, name in _WEIGHTS_THEN_OUTPUT:
         if _nan_only_in_empty_rows(result[part], _allowed(x, tokens), x.shape[:2]):
-            raise Mistake(f"the {name} of {what} contain NaN: a pad at the start of a row may attend no key, and "
-                          f"the softmax of a row of -inf is 0/0 — such a row must give zeros; the given "
-                          f"`attention` does that", "NaN on fully masked rows")
+            raise mistake(known.MODULE_NAN, f"the {name} of {what} contain NaN")
 
 
 _FORWARD = Compare(FORWARD_VALUES, _forward_reference, _forward_what, _module_mistakes,
@@ -488,11 +370,8 @@ def _judge_forward(obs: Observations) -> None:
         raise Mistake(f"no gradient reaches x through {what} — something detaches it: `.detach()`, `.data`, "
                       f"or building a new tensor from results", GRAPH_CUT)
     if isinstance(got["grad"], Tensor) and torch.isnan(got["grad"]).any():
-        raise Mistake(f"the gradient of {what} with respect to x contains NaN, though the output does not: a pad at "
-                      f"the start of a row attends no key; the softmax of its row of -inf is NaN, and adding -inf "
-                      f"(rather than masked_fill) lets that NaN flow back into q and k even when nan_to_num hides "
-                      f"it in the forward pass — fill the blocked scores with masked_fill, or use the given "
-                      f"`attention`", "NaN gradient on fully masked rows")
+        raise mistake(known.MODULE_NAN_GRADIENT,
+                      f"the gradient of {what} with respect to x contains NaN, though the output does not")
     judge_tensor(got["grad"], leaf.grad, f"the gradient of {what} with respect to x", atol=1e-8, rtol=1e-6)
 
 
@@ -512,11 +391,12 @@ def _outputs(pair: tuple[Any, Any], what: str, x: Tensor, d_v: int) -> tuple[Ten
     return before, after
 
 
-def _changed_where_it_should_not(text: str, advice: str, name: str, before: Tensor, *case: Any) -> Mistake:
+def _changed_where_it_should_not(text: str, otherwise: KnownMistake, before: Tensor, *case: Any) -> Mistake:
     """``text``, then the mistake whose output ``before`` has on ``case`` (d_model, d_k, d_v, x, tokens, seed), or
-    else ``advice``, with its ``name``."""
-    mistake = matching_suspect(before, [m.part(0) for m in _module_mistakes(*case)], 1e-5, 1e-4)
-    return Mistake(f"{text} — " + (mistake.message if mistake else advice), mistake.name if mistake else name)
+    else the declared mistake ``otherwise``."""
+    found = matching_suspect(before, [m.part(0) for m in _module_mistakes(*case)], 1e-5, 1e-4)
+    said, name = (found.message, found.name) if found else (otherwise.text(), otherwise.name)
+    return Mistake(f"{text} — {said}", name)
 
 
 def _judge_leak(obs: Observations) -> None:
@@ -529,8 +409,7 @@ def _judge_leak(obs: Observations) -> None:
         raise _changed_where_it_should_not(
             f"{what}: changing only the tokens at positions {start}.. changed the outputs at positions "
             f"0..{start - 1}, so the future leaks into the past",
-            "build the mask with causal_mask(T) and pass it to attention", "future leaks",
-            before, d_model, d_k, d_v, x, tokens, seed)
+            known.FUTURE_LEAKS, before, d_model, d_k, d_v, x, tokens, seed)
 
 
 def _judge_invariance(obs: Observations) -> None:
@@ -538,8 +417,7 @@ def _judge_invariance(obs: Observations) -> None:
         what = f"CausalSelfAttention({d_model}, {d_k}, {d_v}) with pad_mask of tokens {tokens.tolist()} (pad_id 0)"
         before, after = _outputs(pair, what, x, d_v)
         if _nan_only_in_empty_rows(before, _allowed(x, tokens), x.shape[:2]):
-            raise Mistake(f"{what} gives NaN: a pad at the start of a row may attend no key at all; such a row "
-                          f"must give zeros — the given `attention` does that", "NaN on fully masked rows")
+            raise mistake(known.MODULE_NAN, f"{what} gives NaN")
         if torch.isnan(before).any():
             raise Mistake(f"{what} gives NaN at index {first_index(torch.isnan(before))}, where a number was expected")
         real = tokens != 0
@@ -547,11 +425,11 @@ def _judge_invariance(obs: Observations) -> None:
             continue
         raise _changed_where_it_should_not(
             f"{what}: changing only the padded tokens changed the outputs at real tokens, so padding gets weight",
-            "combine pad_mask (B, 1, T) with the causal mask", "padding leaks into real tokens",
-            before, d_model, d_k, d_v, x, tokens, seed)
+            known.PADDING_LEAKS, before, d_model, d_k, d_v, x, tokens, seed)
 
 
-register("CausalSelfAttention_projections", lambda obs: judge_projections(obs, "CausalSelfAttention"))
+register("CausalSelfAttention_projections", lambda obs: judge_declared_projections(
+    obs, "CausalSelfAttention", known.BIAS_IGNORED, known.W_V_OF_D_K))
 register(FORWARD_VALUES.id, _judge_forward)
 register("CausalSelfAttention_no_future_leak", _judge_leak)
 register("CausalSelfAttention_padding_invariance", _judge_invariance)
@@ -559,38 +437,10 @@ register("CausalSelfAttention_padding_invariance", _judge_invariance)
 
 # ================================================================ concept checks
 
-def _masked_shapes_suspects(n: int, d: int) -> list[Suspect]:
-    return [
-        Suspect(f"the weights compare every token with every token, so they are {n} × {n}; only the output, weights @ "
-                f"V, is {n} × {d}",
-                "weights taken to be T × d_model", lambda: ((n, d), (n, d))),
-        Suspect("the output is the weights times V, one d_model-wide vector per token",
-                "output taken to be T × T", lambda: ((n, n), (n, n))),
-        Suspect("the weights come first, then the output", "weights and output swapped", lambda: ((n, d), (n, n))),
-        Suspect(f"the mask sets the blocked weights to zero, it does not remove them: the weights stay {n} × {n}",
-                "masked entries taken as removed", lambda: ((n * (n + 1) // 2,), (n, d))),
-    ]
-
-
-def _visible_keys_suspects(tokens: list[int], pad_id: int, query: int) -> list[Suspect]:
-    real = [key for key, token in enumerate(tokens) if token != pad_id]
-    return [
-        Suspect("a query may not attend a later key: the look-ahead mask keeps keys 0..query",
-                "look-ahead mask left out", lambda: tuple(real)),
-        Suspect("a token may attend itself: the causal mask keeps the diagonal",
-                "diagonal masked", lambda: tuple(key for key in real if key < query)),
-        Suspect("a padded key is hidden from every query by the padding mask",
-                "padding mask left out", lambda: tuple(range(query + 1))),
-        Suspect("the padding mask hides padded keys, not queries: a padded query still attends the real tokens before "
-                "it, and the loss ignores its output",
-                "padding applied to the queries",
-                lambda: () if tokens[query] == pad_id else tuple(key for key in real if key <= query)),
-    ]
-
-
 register("masked_attention_shapes_answer", lambda obs: judge_answers(
-    obs, _MASKED_SHAPES_CASES, ref.masked_attention_shapes, _masked_shapes_suspects,
+    obs, _MASKED_SHAPES_CASES, ref.masked_attention_shapes,
+    declared(known.MASKED_SHAPES, ref.masked_attention_shapes),
     lambda n, d: f"masked_attention_shapes({n}, {d})"))
 register("visible_keys_answer", lambda obs: judge_answers(
-    obs, _VISIBLE_KEYS_CASES, ref.visible_keys, _visible_keys_suspects,
+    obs, _VISIBLE_KEYS_CASES, ref.visible_keys, declared(known.VISIBLE_KEYS, ref.visible_keys),
     lambda tokens, pad_id, query: f"visible_keys({tokens}, {pad_id}, query={query})"))
