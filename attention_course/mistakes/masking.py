@@ -22,7 +22,7 @@ NEG_INF = float("-inf")
 
 
 def _tril(t_q: int, t_k: int, diagonal: int = 0) -> Tensor:
-    return torch.tril(torch.ones(t_q, t_k, dtype=torch.bool), diagonal=diagonal)
+    return torch.ones(t_q, t_k, dtype=torch.bool).tril(diagonal)  # the lower triangle from `diagonal` down
 
 
 def _sizes(t_q: int, t_k: int | None = None) -> tuple[int, int, int]:

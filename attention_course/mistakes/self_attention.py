@@ -130,7 +130,7 @@ SCORES = Mistakes([
 # Cases: (q, k, v) or (q, k, v, mask). right(q, k, v, mask=None) is (out, weights).
 
 def _attend(weights: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-    return weights @ v, weights
+    return torch.matmul(weights, v), weights
 
 
 def _blocked(q: Tensor, k: Tensor, mask: Tensor | None, fill: float) -> Tensor:
