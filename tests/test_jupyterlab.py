@@ -1,0 +1,250 @@
+"""JupyterLab, where learners do the exercises and instructors open the formgrader, in a real browser (Debian's
+Chromium, as ``test_browser.py`` drives it).
+
+- The learner: Chapter 1's exercise notebook from the student release, one answer right and one wrong, run in
+  JupyterLab with "Restart the kernel and run all cells": the run stops at the wrong answer's test cell, whose
+  output names the mistake; nbgrader's Validate button reports that cell.
+- The instructor: the formgrader, opened the way the instructor guide says (``make formgrader``, that is
+  ``python -m autograder formgrader``), after the class grader has written the gradebook; and release, fetch,
+  submit and collect through the course's own exchange, without root.
+
+Everything runs on copies, so the repository is never written to."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from selenium.webdriver.common.by import By
+from test_browser import _driver
+
+from autograder import reports
+from autograder.grading import CellResult, Result
+from autograder.release import NOTEBOOKS, REPO_ROOT, SOURCE, assignments, make_course_copy, nbgrader_env
+
+ASSIGNMENT, NOTEBOOK = "01_self_attention", "self_attention.ipynb"
+
+
+def _graded_cells() -> dict[str, float]:
+    release = json.loads((NOTEBOOKS / ASSIGNMENT / NOTEBOOK).read_text())
+    return {c["metadata"]["nbgrader"]["grade_id"]: float(c["metadata"]["nbgrader"]["points"])
+            for c in release["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def formgrader(tmp_path_factory):
+    """A course copy with every assignment's source, Chapter 1 generated (which makes its gradebook entry), then
+    grades recorded as ``grade`` records them (kim full marks, lee the first test cell only); its formgrader served
+    on a free port."""
+    course = make_course_copy(tmp_path_factory.mktemp("formgrader") / "course", assignments())
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"], cwd=course,
+                   env=nbgrader_env(), check=True, capture_output=True, timeout=300)
+    cells = _graded_cells()
+    first = next(iter(cells))
+    results = [Result(student, ASSIGNMENT, "ok", "",
+                      {gid: CellResult(gid, points if (student == "kim" or gid == first) else 0.0, points)
+                       for gid, points in cells.items()})
+               for student in ("kim", "lee")]
+    reports.write_gradebook(results, NOTEBOOK, json.loads((NOTEBOOKS / ASSIGNMENT / NOTEBOOK).read_text()),
+                            f"sqlite:///{course / 'gradebook.db'}")
+    with _serving([sys.executable, "-m", "autograder", "formgrader", "--course", str(course), "--port", "{port}",
+                   "--"], REPO_ROOT, course.parent) as base:
+        yield base, course
+
+
+@contextlib.contextmanager
+def _serving(command: list[str], cwd: Path, scratch: Path):
+    """JupyterLab started by ``command`` (``{port}`` in it becomes a free port), with no token, on 127.0.0.1; its
+    address once it answers. Its log is ``scratch/jupyter.log``."""
+    port = _free_port()
+    command = [part.replace("{port}", str(port)) for part in command]
+    command += ["--ServerApp.token=", "--ServerApp.password=", "--ServerApp.allow_root=True",
+                "--ServerApp.ip=127.0.0.1"]
+    with (scratch / "jupyter.log").open("w") as log:
+        server = subprocess.Popen(command, cwd=cwd, env={**nbgrader_env(), "JUPYTER_CONFIG_DIR": str(scratch / "cfg")},
+                                  stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                _get(base + "/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail("JupyterLab did not start:\n" + (scratch / "jupyter.log").read_text()[-3000:])
+                time.sleep(0.5)
+        try:
+            yield base
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+def test_the_formgrader_lists_every_assignment_and_the_grades_grade_wrote(formgrader) -> None:
+    base, course = formgrader
+    listed = {a["name"]: a for a in _get(base + "/formgrader/api/assignments")}
+    assert set(assignments()) <= set(listed), f"the formgrader lists {sorted(listed)}"
+    chapter = listed[ASSIGNMENT]
+    # (its "submissions" count is of the notebooks in submitted/, where nbgrader collect puts them; the grades
+    # are in the gradebook either way)
+    assert chapter["average_score"] > 0, chapter
+    assert chapter["releaseable"], "the formgrader cannot release: the course's exchange is not writable"
+    scores = {s["student"]: (s["score"], s["max_score"]) for s in
+              _get(base + f"/formgrader/api/submissions/{ASSIGNMENT}")}
+    total = sum(_graded_cells().values())
+    assert scores["kim"] == (total, total), scores
+    assert 0 < scores["lee"][0] < total, scores
+    log = (course.parent / "jupyter.log").read_text()
+    assert "Unwritable directory" not in log and "formgrader encountered an error" not in log, log[-3000:]
+
+
+def test_an_instructor_sees_the_class_in_the_formgrader_in_a_browser(formgrader) -> None:
+    base, _ = formgrader
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not try to download a browser or driver
+    driver = _driver()
+    try:
+        for page, expected in (("/formgrader", ASSIGNMENT), (f"/formgrader/manage_submissions/{ASSIGNMENT}", "lee")):
+            driver.get(base + page)
+            deadline = time.monotonic() + 60
+            text = ""
+            while time.monotonic() < deadline:
+                text = driver.execute_script("return document.body.innerText")
+                if expected in text:
+                    break
+                time.sleep(0.5)
+            assert expected in text, f"{page} never showed {expected!r}; it shows:\n{text[:2000]}"
+            assert "encountered an error" not in text, text[:2000]
+        total = sum(_graded_cells().values())
+        rows = {line.split("\t")[1]: line for line in text.splitlines() if line.count("\t") >= 4}
+        assert f"{total:g} / {total:g}" in rows["kim"] and f"/ {total:g}" in rows["lee"], rows
+        # graded by the class grader, nothing is left to grade by hand (nbgrader's own autograde says the same)
+        assert not [line for line in rows.values() if "needs manual grading" in line], rows
+    finally:
+        driver.quit()
+
+
+def test_release_fetch_submit_and_collect_work_through_the_courses_exchange(tmp_path) -> None:
+    """nbgrader's own exchange commands, as the instructor guide gives them, with no root: the exchange is a folder
+    of the course (``autograder/exchange``, or ``NBGRADER_EXCHANGE``)."""
+    course = make_course_copy(tmp_path / "course", [ASSIGNMENT])
+    env = {**nbgrader_env(), "NBGRADER_EXCHANGE": ""}  # the course's own
+
+    def nbgrader(*args: str, cwd: Path) -> str:
+        run = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, f"nbgrader {' '.join(args)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+        return run.stdout + run.stderr
+
+    nbgrader("generate_assignment", ASSIGNMENT, "--force", cwd=course)
+    nbgrader("release_assignment", ASSIGNMENT, cwd=course)
+    assert (course / "exchange" / "attention-from-scratch" / "outbound" / ASSIGNMENT / NOTEBOOK).is_file()
+    learner = tmp_path / "learner"
+    learner.mkdir()
+    where = [f"--Exchange.root={course / 'exchange'}", "--CourseDirectory.course_id=attention-from-scratch"]
+    nbgrader("fetch_assignment", ASSIGNMENT, *where, cwd=learner)
+    assert (learner / ASSIGNMENT / NOTEBOOK).is_file()
+    nbgrader("submit", ASSIGNMENT, *where, cwd=learner)
+    nbgrader("collect", ASSIGNMENT, cwd=course)
+    submitted = [p for p in (course / "submitted").glob(f"*/{ASSIGNMENT}") if (p / NOTEBOOK).is_file()]
+    assert len(submitted) == 1 and (submitted[0] / "timestamp.txt").is_file(), list((course / "submitted").rglob("*"))
+
+
+def _answers_filled(folder: Path) -> Path:
+    """Chapter 1's student notebook with ``softmax`` answered right (the reference's cell) and ``attention_scores``
+    wrong (the same, without the division by sqrt(d_k)), as a learner would leave it, in ``folder``."""
+    source = json.loads((SOURCE / ASSIGNMENT / NOTEBOOK).read_text())
+    answers = {c["metadata"]["nbgrader"]["grade_id"]: re.sub(r"(?m)^[ \t]*### (BEGIN|END) SOLUTION\n?", "",
+                                                             "".join(c["source"]))
+               for c in source["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    unscaled = answers["attention_scores"].replace(" / math.sqrt(q.shape[-1])", "")
+    assert unscaled != answers["attention_scores"], "the reference's attention_scores no longer divides that way"
+    notebook = json.loads((NOTEBOOKS / ASSIGNMENT / NOTEBOOK).read_text())
+    for cell in notebook["cells"]:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id == "softmax":
+            cell["source"] = answers["softmax"]
+        elif grade_id == "attention_scores":
+            cell["source"] = unscaled
+    path = folder / NOTEBOOK
+    path.write_text(json.dumps(notebook, indent=1))
+    return path
+
+
+def _wait(driver, script: str, timeout: float = 120):
+    """The first truthy value of ``script`` in the page, polled until ``timeout`` seconds; None if none came."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = driver.execute_script(script)
+        if value:
+            return value
+        time.sleep(0.5)
+    return None
+
+
+def test_a_learner_runs_the_exercises_in_jupyterlab_and_validates(tmp_path) -> None:
+    learner = tmp_path / "learner"
+    learner.mkdir()
+    path = _answers_filled(learner)
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not try to download a browser or driver
+    with _serving([str(Path(sys.executable).parent / "jupyter"), "lab", "--no-browser", "--port={port}",
+                   f"--ServerApp.root_dir={learner}"], learner, tmp_path) as base:
+        driver = _driver()
+        try:
+            driver.get(f"{base}/lab/tree/{NOTEBOOK}")
+            ready = _wait(driver, "return document.querySelector('.jp-Notebook .jp-Cell') && "
+                                  "document.querySelector('[data-command=\"notebook:restart-run-all\"]')")
+            assert ready, "JupyterLab did not open the notebook:\n" + driver.execute_script(
+                "return document.body.innerText")[:2000]
+            driver.find_element(By.CSS_SELECTOR, '[data-command="notebook:restart-run-all"]').click()
+            restart = _wait(driver, "return Array.from(document.querySelectorAll('.jp-Dialog button'))"
+                                    ".find(b => b.innerText.trim() == 'Restart')", 30)
+            assert restart, "no dialog to confirm the restart"
+            restart.click()
+            # the run stops at the first failing test cell; its output names the mistake
+            named = _wait(driver, "return document.querySelector('.jp-Notebook').textContent.includes('(no scaling)')")
+            assert named, "no output names the mistake (no scaling):\n" + driver.execute_script(
+                "return document.querySelector('.jp-Notebook').textContent")[-3000:]
+            driver.find_element(By.CSS_SELECTOR, '[data-command="docmanager:save"]').click()
+            validate = [item for item in driver.find_elements(By.CSS_SELECTOR, ".jp-Toolbar-item")
+                        if item.text.strip() == "Validate"]
+            assert validate, "the notebook's toolbar has no Validate button (nbgrader's labextension)"
+            (validate[0].find_elements(By.CSS_SELECTOR, "button") or [validate[0]])[0].click()
+            report = _wait(driver, "const d = document.querySelector('.jp-Dialog'); return d && "
+                                   "d.innerText.includes('Validation Results') ? d.innerText : null", 180)
+            assert report, "Validate showed no results"
+        finally:
+            driver.quit()
+    assert "attention_scores of 2 queries and 3 keys" in report and "(no scaling)" in report, report[:3000]
+    assert "every row's maximum is 2" not in report, "Validate reports a softmax test, which the right answer passes"
+    saved = json.loads(path.read_text())  # what the run left, as JupyterLab saved it
+    ran = [c for c in saved["cells"] if c["cell_type"] == "code" and c.get("execution_count")
+           and c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    errors = {c["metadata"]["nbgrader"]["grade_id"]: [o["evalue"] for o in c["outputs"] if o["output_type"] == "error"]
+              for c in ran}
+    assert [g for g, e in errors.items() if e] == ["attention_scores_values"], errors
+    assert {"softmax_sums_to_one", "softmax_stable", "softmax_masked_entries"} <= set(errors), errors
