@@ -1,42 +1,45 @@
-"""A contributor's view of one chapter's catalogue, in seconds: what the checks say of every entry.
+"""A contributor's view of the catalogues, in seconds: what the checks say of every entry.
 
-    python tests/catalogue_status.py 01_self_attention [--all]
+    python tests/catalogue_status.py [ASSIGNMENT ...] [--all]
 
-For each wrong answer: the name it must be given and the cell that owns it, then what the hidden checks say
-(judged in place, in this process, as nbgrader's kernel would) and what the visible checks alone say (the
-release's test cells). ``ok`` when the owner cell names the mistake, the visible checks name it (or the entry
-says why they cannot), and no cell names another mistake. For correct answers, any cell that fails. The class
-grader (``tests/test_catalogue.py``) is the real proof; in a notebook an exercise also runs on the learner's
-own earlier answers, which this in-process view replaces by the reference.
+For each wrong answer: the name it must be given and the cell that owns it, then what the hidden checks say and
+what the visible checks alone say (the release's test cells). ``ok`` when the owner cell names the mistake, the
+visible checks name it (or the entry says why they cannot, ``hidden_only``), and no cell names another mistake.
+For correct answers, any cell that fails. Without an assignment, every chapter, then the total.
+
+The hidden checks judge an entry as ``tests/test_catalogue.py`` does, in this process, as nbgrader's kernel would:
+the notebook's answers with the entry in place of its exercise's, and the test cells of that exercise and of those
+built on it (``touched_cells``; the other cells run the instructor's answers). The class grader
+(``tests/test_catalogue.py``) is the real proof.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from class_grading import catalogue_module  # noqa: E402
-from notebook_grading import exercise_names, exercise_of, grade_in_process  # noqa: E402
+from class_grading import catalogue_module, touched_cells  # noqa: E402
+from notebook_grading import ASSIGNMENTS, exercise_names, exercise_of, grade_in_process  # noqa: E402
 
 from attention_course.testing import mistake_name  # noqa: E402
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("assignment")
-    parser.add_argument("--all", action="store_true", help="print the entries that are fine too")
-    args = parser.parse_args()
-    module = catalogue_module(args.assignment)
-    exercises = exercise_names(args.assignment)
+def status(assignment: str, show_all: bool) -> tuple[int, int, int]:
+    """Print the entries of ``assignment``'s catalogue that need a fix (all of them with ``show_all``); return
+    (entries to fix, wrong answers the visible checks name, wrong answers)."""
+    module = catalogue_module(assignment)
+    exercises = exercise_names(assignment)
     problems = named_visibly = 0
     for entry in module.WRONG:
-        hidden = {g: r.message for g, r in grade_in_process(args.assignment, {entry.target: entry.impl}).items()
-                  if not r.passed}
+        cells = touched_cells(assignment, entry.target)
+        hidden = {g: r.message for g, r in grade_in_process(assignment, {entry.target: entry.impl}, cells=cells,
+                                                            as_notebook=True).items() if not r.passed}
         visible = {g: r.message for g, r in
-                   grade_in_process(args.assignment, {entry.target: entry.impl}, visible_only=True,
+                   grade_in_process(assignment, {entry.target: entry.impl}, visible_only=True,
                                     exercise=entry.target).items()
                    if not r.passed}
         allowed = {entry.name, *entry.also, None}
@@ -55,22 +58,43 @@ def main() -> int:
         elif not seen:
             issues.append("visible checks do not name it: " + (" | ".join(own) or "no visible cell of it fails"))
         problems += bool(issues)
-        if issues or args.all:
+        if issues or show_all:
             print(f"{'FIX' if issues else 'ok '} {entry.target}: {entry.label!r} -> ({entry.name}) in {entry.cell}")
             for line in issues:
                 print(f"      {line}")
     for entry in module.CORRECT:
+        cells = touched_cells(assignment, entry.target)
         for visible_only in (False, True):
             failed = {g: r.message for g, r in grade_in_process(
-                args.assignment, {entry.target: entry.impl}, visible_only=visible_only).items() if not r.passed}
+                assignment, {entry.target: entry.impl}, visible_only=visible_only, cells=cells,
+                as_notebook=not visible_only).items() if not r.passed}
             if failed:
                 problems += 1
                 print(f"FIX correct {entry.target}: {entry.label!r} fails {'visible' if visible_only else 'hidden'}"
                       f" {failed}")
-    total = len(module.WRONG)
-    print(f"{args.assignment}: {problems} entries to fix; visible checks name {named_visibly}/{total} "
-          f"({named_visibly / max(total, 1):.0%}) of the wrong answers")
-    return 1 if problems else 0
+    return problems, named_visibly, len(module.WRONG)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("assignments", nargs="*", help="assignment ids (default: every chapter)")
+    parser.add_argument("--all", action="store_true", help="print the entries that are fine too")
+    args = parser.parse_args()
+    unknown = [a for a in args.assignments if a not in ASSIGNMENTS]
+    if unknown:
+        parser.error(f"unknown assignment {', '.join(unknown)}: one of {', '.join(ASSIGNMENTS)}")
+    totals = [0, 0, 0]
+    for assignment in args.assignments or list(ASSIGNMENTS):
+        started = time.monotonic()
+        problems, named, wrong = status(assignment, args.all)
+        totals = [t + n for t, n in zip(totals, (problems, named, wrong), strict=True)]
+        print(f"{assignment}: {problems} entries to fix; visible checks name {named}/{wrong} "
+              f"({named / max(wrong, 1):.0%}) of the wrong answers ({time.monotonic() - started:.0f} s)", flush=True)
+    if len(args.assignments) != 1:
+        problems, named, wrong = totals
+        print(f"all: {problems} entries to fix; visible checks name {named}/{wrong} ({named / max(wrong, 1):.0%}) "
+              "of the wrong answers")
+    return 1 if totals[0] else 0
 
 
 if __name__ == "__main__":

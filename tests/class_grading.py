@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import functools
 import importlib
 import json
 import subprocess
@@ -138,6 +139,18 @@ def grade_class(assignment: str, submissions: Path, out: Path, *extra: str, time
             path = out / "feedback" / student / f"{assignment}.json"
             feedback[student] = json.loads(path.read_text())
     return Graded(rows, feedback, run.stdout + run.stderr, run.returncode)
+
+
+@functools.cache
+def touched_cells(assignment: str, target: str) -> tuple[str, ...]:
+    """The grade ids of the test cells of ``target`` and of the exercises built on it, in the notebook's order: the
+    cells a wrong ``target`` can change (the others run the instructor's answers)."""
+    from notebook_grading import exercise_names, exercise_of, graded_cells, nbgrader_meta
+
+    exercises = exercise_names(assignment)
+    touched = dependents(assignment, target) | {target}
+    return tuple(nbgrader_meta(c)["grade_id"] for c in graded_cells(nbformat.read(source_notebook(assignment), 4))
+                 if exercise_of(nbgrader_meta(c)["grade_id"], exercises) in touched)
 
 
 def dependents(assignment: str, target: str) -> set[str]:

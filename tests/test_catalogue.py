@@ -24,13 +24,12 @@ import shutil
 
 import nbformat
 import pytest
-from class_grading import INSTRUCTOR, UNTOUCHED, Graded, catalogue_class, dependents, grade_class
+from class_grading import INSTRUCTOR, UNTOUCHED, Graded, catalogue_class, grade_class, touched_cells
 from notebook_grading import (
     ASSIGNMENTS,
     CellResult,
     autograde,
     exercise_names,
-    exercise_of,
     grade_in_process,
     graded_cells,
     nbgrader_meta,
@@ -130,17 +129,9 @@ def _judged(assignment: str, kind: str, index: int) -> dict[str, CellResult]:
     key = (assignment, kind, index)
     if key not in _JUDGED:
         entry = (CATALOGUES[assignment].WRONG if kind == "wrong" else CATALOGUES[assignment].CORRECT)[index]
-        cells = _touched(assignment, entry.target)
+        cells = touched_cells(assignment, entry.target)
         _JUDGED[key] = grade_in_process(assignment, {entry.target: entry.impl}, cells=cells, as_notebook=True)
     return _JUDGED[key]
-
-
-@functools.cache
-def _touched(assignment: str, target: str) -> tuple[str, ...]:
-    """The grade ids of the test cells of ``target`` and of the exercises built on it, in the notebook's order."""
-    exercises = exercise_names(assignment)
-    touched = dependents(assignment, target) | {target}
-    return tuple(gid for gid in _points(assignment) if exercise_of(gid, exercises) in touched)
 
 
 def _failed(results: dict[str, CellResult]) -> dict[str, str]:
