@@ -617,8 +617,11 @@ def value_errors(check: Check, expected: Sequence[tuple[str, tuple[str, ...]]]) 
     return judge_all
 
 
-def judge_projections(obs: Observations, class_name: str) -> None:
-    """Judge what :func:`~autograder.checks.core.probe_projections` recorded."""
+def judge_projections(obs: Observations, class_name: str, bias_ignored: KnownMistake | None = None,
+                      w_v_of_d_k: KnownMistake | None = None) -> None:
+    """Judge what :func:`~autograder.checks.core.probe_projections` recorded. A chapter that declares the two
+    mistakes of the projections' layers passes its declarations (``bias_ignored``, ``w_v_of_d_k``), which then
+    name them; without, the words below do."""
     for label, args, kwargs in PROJECTION_CASES:
         d_model, d_k = args[:2]
         d_v, bias = (args[2] if len(args) > 2 else d_k), kwargs.get("bias", False)
@@ -633,11 +636,15 @@ def judge_projections(obs: Observations, class_name: str) -> None:
                 raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
             if tuple(facts["weight"]) != (out_features, d_model):
                 width_d_k = name == "w_v" and d_v != d_k and tuple(facts["weight"]) == (d_k, d_model)
+                if width_d_k and w_v_of_d_k is not None:
+                    raise mistake(w_v_of_d_k, "", call=call, d_model=d_model, d_k=d_k, d_v=d_v)
                 raise Mistake(
                     f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
                     f"{d_model} -> {out_features}" + (" — w_v maps d_model -> d_v; d_v falls back to d_k only "
                                                       "when it is not given" if name == "w_v" else ""),
                     "w_v of width d_k instead of d_v" if width_d_k else None)
             if facts["bias"] != bias:
+                if bias_ignored is not None:
+                    raise mistake(bias_ignored, "", call=call, name=name, have="have" if bias else "have no")
                 raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias "
                               f"to nn.Linear", "bias argument ignored")

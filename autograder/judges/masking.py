@@ -57,6 +57,7 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
+    judge_projections,
     judge_tensor,
     matching_suspect,
     mistake,
@@ -65,7 +66,6 @@ from autograder.judges.core import (
     type_name,
     value_errors,
 )
-from autograder.judges.self_attention import judge_declared_projections
 from solutions import masking as ref
 from solutions.self_attention import scaled_dot_product_attention as attend
 
@@ -428,7 +428,7 @@ def _judge_invariance(obs: Observations) -> None:
             known.PADDING_LEAKS, before, d_model, d_k, d_v, x, tokens, seed)
 
 
-register("CausalSelfAttention_projections", lambda obs: judge_declared_projections(
+register("CausalSelfAttention_projections", lambda obs: judge_projections(
     obs, "CausalSelfAttention", known.BIAS_IGNORED, known.W_V_OF_D_K))
 register(FORWARD_VALUES.id, _judge_forward)
 register("CausalSelfAttention_no_future_leak", _judge_leak)

@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from attention_course.mistakes import self_attention as known
-from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, NO_RETURN, KnownMistake
+from attention_course.testing import GRAPH_CUT, LIBRARY_CALL, NO_RETURN
 from autograder.checks.core import (
-    PROJECTION_CASES,
     Mistake,
     Observations,
     Raised,
@@ -49,6 +48,7 @@ from autograder.judges.core import (
     describe,
     judge,
     judge_answers,
+    judge_projections,
     judge_tensor,
     judge_value_error,
     mistake,
@@ -199,32 +199,6 @@ register("scaled_dot_product_attention_errors", _judge_sdpa_errors)
 
 # ================================================================ SelfAttention
 
-def judge_declared_projections(obs: Observations, class_name: str, bias_ignored: KnownMistake,
-                               w_v_of_d_k: KnownMistake) -> None:
-    """Judge what :func:`~autograder.checks.core.probe_projections` recorded, naming the two mistakes of the
-    projections' layers from their declarations (Chapter 2's CausalSelfAttention passes its own)."""
-    for label, args, kwargs in PROJECTION_CASES:
-        d_model, d_k = args[:2]
-        d_v, bias = (args[2] if len(args) > 2 else d_k), kwargs.get("bias", False)
-        call = f"{class_name}({d_model}, {d_k}" + (")" if label == "default" else f", {d_v}, bias=True)")
-        if isinstance(obs[label], Raised):
-            raise Mistake(f"{call} {obs[label].describe()}")
-        if not obs[label]["is_module"]:
-            raise Mistake(f"{call} should be an nn.Module (subclass nn.Module and call super().__init__())")
-        for name, out_features in (("w_q", d_k), ("w_k", d_k), ("w_v", d_v)):
-            facts = obs[label][name]
-            if facts["type"] != "Linear":
-                raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
-            if tuple(facts["weight"]) != (out_features, d_model):
-                if name == "w_v" and d_v != d_k and tuple(facts["weight"]) == (d_k, d_model):
-                    raise mistake(w_v_of_d_k, "", call=call, d_model=d_model, d_k=d_k, d_v=d_v)
-                raise Mistake(f"{call}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                              f"{d_model} -> {out_features}" + (" — w_v maps d_model -> d_v; d_v falls back to d_k "
-                                                                "only when it is not given" if name == "w_v" else ""))
-            if facts["bias"] != bias:
-                raise mistake(bias_ignored, "", call=call, name=name, have="have" if bias else "have no")
-
-
 def _projected(d_model: int, d_k: int, d_v: int, x: Tensor, mask: Tensor | None, seed: int) -> tuple[Tensor, ...]:
     """q, k, v of ``x`` through the seeded projection weights of the case."""
     w = projection_weights(d_model, d_k, d_v, seed)
@@ -287,7 +261,7 @@ def _judge_module_gradients(obs: Observations) -> None:
 
 
 register("SelfAttention_projections",
-         lambda obs: judge_declared_projections(obs, "SelfAttention", known.BIAS_IGNORED, known.W_V_OF_D_K))
+         lambda obs: judge_projections(obs, "SelfAttention", known.BIAS_IGNORED, known.W_V_OF_D_K))
 register("SelfAttention_gradients", _judge_module_gradients)
 
 
