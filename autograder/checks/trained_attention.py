@@ -201,18 +201,22 @@ HOOK_TOKENS = _tokens(2, 5, 12, seed=1621)
 TOO_LONG = _tokens(1, 5, TINY.context + 4, seed=1622)
 
 
+def _left_after(model: AttentionOnly, call: Any, tokens: Tensor) -> dict[str, Any]:
+    """What is left of ``model`` once ``call()`` has returned or raised: its mode, the forward hooks still registered
+    anywhere in it, and its logits on ``tokens`` in eval mode."""
+    result = attempt(call)
+    hooks = sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
+    training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = attempt(lambda: model(tokens.clone()))
+    return {"result": float(result) if isinstance(result, Tensor) and result.numel() == 1 else result,
+            "hooks": hooks, "training": training, "logits": logits}
+
+
 def _probe_repeat_hooks(student: Any) -> Observations:
     def after(model: AttentionOnly, call: Any) -> dict[str, Any]:
-        """What is left of ``model`` once ``call()`` has returned or raised: its mode, the forward hooks still
-        registered anywhere in it, and its logits on HOOK_TOKENS in eval mode."""
-        result = attempt(call)
-        hooks = sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
-        training = model.training
-        model.eval()
-        with torch.no_grad():
-            logits = attempt(lambda: model(HOOK_TOKENS.clone()))
-        return {"result": float(result) if isinstance(result, Tensor) and result.numel() == 1 else result,
-                "hooks": hooks, "training": training, "logits": logits}
+        return _left_after(model, call, HOOK_TOKENS)
 
     trained, evaluated, failing = tiny_model(), tiny_model(training=False), tiny_model()
     return {
@@ -349,16 +353,7 @@ CONTRACT_CLEAN, CONTRACT_CORRUPTED = _patch_case("tiny", 2, 5, 12, 1, 0, seed=18
 
 def _probe_patch_contract(student: Any) -> Observations:
     def after(model: AttentionOnly, call: Any) -> dict[str, Any]:
-        """What is left of ``model`` once ``call()`` has returned or raised: its mode, the hooks still registered
-        anywhere in it, and its logits on the clean tokens in eval mode."""
-        result = attempt(call)
-        hooks = sum(len(module._forward_hooks) + len(module._forward_pre_hooks) for module in model.modules())
-        training = model.training
-        model.eval()
-        with torch.no_grad():
-            logits = attempt(lambda: model(CONTRACT_CLEAN.clone()))
-        return {"result": float(result) if isinstance(result, Tensor) and result.numel() == 1 else result,
-                "hooks": hooks, "training": training, "logits": logits}
+        return _left_after(model, call, CONTRACT_CLEAN)
 
     def refused(corrupted: Tensor) -> Any:
         """The call that must raise: the clean tokens against ``corrupted``, equal to them or of another shape."""
