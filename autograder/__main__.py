@@ -177,10 +177,17 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             previous = batch.read_previous(args.compare, args.assignment)
         except ValueError as err:
             parser.error(f"--compare: {err}")
+    from autograder import deadlines
     from autograder.chapters import chapter
 
     try:
         chapter(args.assignment)
+        due = deadlines.parse_time(args.due, "--due") if args.due else None
+        stamped = deadlines.read_timestamps(args.timestamps) if args.timestamps else {}
+        extensions = deadlines.read_extensions(args.extension, args.extensions)
+        deadlines.check_zone(args.zip_timezone)
+        if due is not None or extensions:
+            deadlines.load_plugin(COURSE_ROOT)  # a broken plugin must not cost a class's worth of time
     except ValueError as err:  # before any worker starts
         parser.error(str(err))
     os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook shells out to alembic
@@ -200,7 +207,8 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
         try:
             settings = _settings(args, args.assignment, scratch_path, use_sandbox, bundle)
-            found = grading.collect(args.submissions, args.assignment, settings.notebook_name, scratch_path)
+            found = grading.collect(args.submissions, args.assignment, settings.notebook_name, scratch_path,
+                                    args.zip_timezone)
         except ValueError as err:
             parser.error(str(err))
         loading = time.monotonic()
@@ -222,6 +230,8 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return _refuse(f"the instructor's own answers to {args.assignment} do not get full marks in the "
                            f"sandbox ({failed.result.score:g}/{failed.result.max_score:g}), so the checks or the "
                            "sandbox are broken", failed.problems)
+    gradebook = args.gradebook or (_default_gradebook(out) if previous is None else _gradebook_to_read(out))
+    lateness = _apply_deadlines(results, found, stamped, due, extensions, gradebook)
     if previous is not None:
         return _dry_run(args, out, previous, results)
     writing = time.monotonic()
@@ -229,9 +239,9 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     reports.write_grades(results, out / "grades.csv")
     for result in results:
         reports.write_feedback(result, out / "feedback")
-    reports.write_report(results, out / "report.html")
-    gradebook = args.gradebook or _default_gradebook(out)
+    reports.write_report(results, out / "report.html", lateness)
     reports.write_gradebook(results, settings.notebook_name, json.loads(settings.release.read_text()), gradebook)
+    deadlines.record(lateness, args.assignment, Path(settings.notebook_name).stem, due, extensions, gradebook)
     now = time.monotonic()
     spent = grading.timings(results, load_seconds, now - writing, now - started)
     (out / "timings.json").write_text(json.dumps(spent, indent=1), encoding="utf-8")
@@ -243,6 +253,34 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
           + f"; mean {mean:.1f} / {maximum:g}" + (f" ({len(reused)} reused from {store.folder})" if reused else "")
           + f"\ngrades: {out / 'grades.csv'}   feedback: {out / 'feedback'}   report: {out / 'report.html'}")
     return 0
+
+
+def _apply_deadlines(results: list, found: list, stamped: dict, due, extensions: dict, gradebook: str) -> dict:
+    """Each result's lateness (autograder.deadlines): its penalty taken from its score, and a line in its reason
+    when it is late. Students named in --timestamps or --extension without a submission are said, not dropped."""
+    from autograder import deadlines
+
+    times = {s.student_id: (s.submitted_at, s.time_source) for s in found if s.submitted_at is not None}
+    times.update({student: (when, deadlines.FROM_CSV) for student, when in stamped.items()})
+    graded = {r.student_id for r in results}
+    for what, named in (("--timestamps", stamped), ("--extension", extensions)):
+        strangers = sorted(set(named) - graded)
+        if strangers:
+            print(f"note: {what} names {len(strangers)} student(s) with no submission here: {', '.join(strangers)}",
+                  file=sys.stderr, flush=True)
+    lateness = deadlines.assess(results, times, due, extensions, gradebook, COURSE_ROOT)
+    for result in results:
+        late = lateness[result.student_id]
+        result.penalty = late.penalty
+        if late.seconds_late:
+            result.reason = "; ".join(filter(None, [result.reason, late.describe()]))
+    return lateness
+
+
+def _gradebook_to_read(out: Path) -> str:
+    """The gradebook a dry run reads due dates and extensions from, without writing it or saying where."""
+    return f"sqlite:///{COURSE_ROOT / 'gradebook.db'}" if _unwritable(COURSE_ROOT) is None else \
+        f"sqlite:///{out.resolve() / 'gradebook.db'}"
 
 
 def _unwritable(folder: Path) -> str | None:
@@ -423,6 +461,20 @@ def main(argv: list[str] | None = None) -> int:
                        "score would differ from PREVIOUS_CSV (an earlier grades.csv of this assignment) and the "
                        "test cells that make the difference, and those new or missing; grades.csv, feedback, "
                        "report and gradebook are not written")
+    deadline = grade.add_argument_group("deadlines", "as nbgrader keeps them (autograder/deadlines.py): the late "
+                                        "penalty is the one the late-submission plugin of autograder/"
+                                        "nbgrader_config.py gives, as in nbgrader autograde")
+    deadline.add_argument("--due", metavar="TIME", help="the due date, e.g. '2026-12-01 17:00:00 Europe/Berlin' "
+                          "(UTC without a zone), recorded in the gradebook (default: the gradebook's)")
+    deadline.add_argument("--timestamps", type=Path, metavar="CSV", help="each submission's time: a CSV with "
+                          "student_id and timestamp columns (before timestamp.txt and zip entry times)")
+    deadline.add_argument("--extension", action="append", default=[], metavar="STUDENT=HOURS",
+                          help="an extension of the due date for one student, recorded in the gradebook "
+                          "(repeatable)")
+    deadline.add_argument("--extensions", type=Path, metavar="CSV",
+                          help="extensions from a CSV with student_id and hours columns")
+    deadline.add_argument("--zip-timezone", default="UTC", metavar="ZONE",
+                          help="the zone the times inside a zip were written in (default UTC)")
     selftest = commands.add_parser("selftest", help="load every check and grade the instructor's answers in the "
                                    "sandbox (what grade does before anyone else)")
     selftest.add_argument("assignments", nargs="*", help="assignment ids (default: all)")

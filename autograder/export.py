@@ -20,6 +20,9 @@ Formats:
     ``student_id, assignment, score, max_score``, one row per student and assignment, the student ids of the
     gradebook.
 
+Every score is what the student gets: the gradebook's points less its late-submission penalty (nbgrader's
+``late_submission_penalty``, see ``autograder/deadlines.py``), as ``nbgrader export``'s ``score`` column.
+
 The roster (``--roster``, a CSV) maps the gradebook's student ids to the LMS's: a ``student_id`` column, and the
 LMS's identity columns named as that LMS names them (the headers above). Without a roster the gradebook's
 student id stands in: Canvas's ``SIS User ID``, Moodle's ``ID number``. Nobody is dropped without being named:
@@ -93,7 +96,9 @@ def read_gradebook(db_url: str, assignments: list[str] | None = None) -> Grades:
                     submission = gradebook.find_submission(assignment, student)
                 except MissingEntry:
                     continue
-                grades.scores[student, assignment] = float(submission.score)
+                # what the student gets: the points less the late penalty, as nbgrader export's score
+                grades.scores[student, assignment] = max(0.0, float(submission.score) - float(
+                    submission.late_submission_penalty or 0.0))
     return grades
 
 

@@ -31,6 +31,7 @@ import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -75,6 +76,8 @@ class Submission:
     problem: str = ""  # why it cannot be graded (status invalid)
     note: str = ""  # worth knowing, but gradable
     data: bytes | None = None  # the notebook's bytes, when they travel with the task (Dask workers elsewhere)
+    submitted_at: datetime | None = None  # when it came in, UTC (autograder.deadlines), if the submission says
+    time_source: str = ""  # where that time came from: timestamp.txt or the zip entry
 
     def carried(self) -> Submission:
         """This submission with its notebook's bytes attached, for a worker that cannot see the file."""
@@ -111,9 +114,12 @@ class Result:
     #: and the tail of its stderr (the preflight and selftest show them when the instructor's answers fall short)
     diagnostics: list[str] = field(default_factory=list)
 
+    #: the late-submission penalty in points (autograder.deadlines), taken from the cells' sum
+    penalty: float = 0.0
+
     @property
     def score(self) -> float:
-        return sum(c.points for c in self.cells.values())
+        return sum(c.points for c in self.cells.values()) - self.penalty
 
     @property
     def max_score(self) -> float:
@@ -127,8 +133,9 @@ def _student_from_lms_name(name: str) -> str:
     return name.split("_", 1)[0] if "_" in name else Path(name).stem
 
 
-def _extract_zip(path: Path, into: Path) -> Path:
-    """Unpack an LMS zip, refusing paths that escape ``into`` and more than 2 GiB in all."""
+def _extract_zip(path: Path, into: Path) -> dict[Path, tuple[int, ...]]:
+    """Unpack an LMS zip, refusing paths that escape ``into`` and more than 2 GiB in all; each file's entry time
+    (a wall-clock time with no zone), by its unpacked path."""
     with zipfile.ZipFile(path) as archive:
         total = 0
         for member in archive.infolist():
@@ -139,17 +146,22 @@ def _extract_zip(path: Path, into: Path) -> Path:
             if total > 2 << 30:
                 raise ValueError(f"{path.name} unpacks to more than 2 GiB")
         archive.extractall(into)
-    return into
+        return {(into / m.filename).resolve(): m.date_time for m in archive.infolist() if not m.is_dir()}
 
 
-def collect(submissions: Path, assignment: str, notebook_name: str, scratch: Path) -> list[Submission]:
+def collect(submissions: Path, assignment: str, notebook_name: str, scratch: Path,
+            zip_timezone: str = "UTC") -> list[Submission]:
     """Every submission under ``submissions``, in the layouts the contract lists (CONTRIBUTING.md).
 
     ``SUBMISSIONS/<student>/*.ipynb``; nbgrader's ``[submitted/]<student>/<assignment>/*.ipynb``;
     or a zip holding either layout, or LMS-style files ``<student>_..._<name>.ipynb`` side by side.
+    Each submission's time, where it has one: nbgrader's ``timestamp.txt`` beside the notebook, else the
+    notebook's entry time in the zip, read in ``zip_timezone`` (autograder.deadlines).
     """
+    entry_times: dict[Path, tuple[int, ...]] = {}
     if submissions.is_file() and submissions.suffix == ".zip":
-        submissions = _extract_zip(submissions, scratch / "unzipped")
+        entry_times = _extract_zip(submissions, scratch / "unzipped")
+        submissions = scratch / "unzipped"
         inner = [p for p in submissions.iterdir() if not p.name.startswith(("__MACOSX", "."))]
         if len(inner) == 1 and inner[0].is_dir() and not any(inner[0].glob("*.ipynb")):
             submissions = inner[0]
@@ -166,10 +178,32 @@ def collect(submissions: Path, assignment: str, notebook_name: str, scratch: Pat
             loose.setdefault(_student_from_lms_name(entry.name), []).append(entry)
         elif entry.is_dir():
             folder = entry / assignment if (entry / assignment).is_dir() else entry
-            found.append(_choose(entry.name, sorted(folder.rglob("*.ipynb")), notebook_name))
+            chosen = _choose(entry.name, sorted(folder.rglob("*.ipynb")), notebook_name)
+            found.append(_timed(chosen, folder / "timestamp.txt", entry_times, zip_timezone))
     for student, files in loose.items():
-        found.append(_choose(student, files, notebook_name))
+        found.append(_timed(_choose(student, files, notebook_name), None, entry_times, zip_timezone))
     return sorted(found, key=lambda s: s.student_id)
+
+
+def _timed(submission: Submission, stamp: Path | None, entry_times: dict[Path, tuple[int, ...]],
+           zone: str) -> Submission:
+    """``submission`` with its time: ``stamp`` (nbgrader's timestamp.txt) if it exists and reads, else its
+    notebook's zip entry time. A timestamp.txt that cannot be read is noted, and the submission graded."""
+    from autograder import deadlines
+
+    if stamp is not None and stamp.is_file():
+        text = stamp.read_text(encoding="utf-8", errors="replace").strip()
+        if text:
+            try:
+                when = deadlines.parse_time(text, f"{submission.student_id}'s timestamp.txt")
+            except ValueError as err:
+                note = "; ".join(filter(None, [submission.note, f"{err}: graded as if it had no time"]))
+                return dataclasses.replace(submission, note=note)
+            return dataclasses.replace(submission, submitted_at=when, time_source=deadlines.FROM_FILE)
+    if submission.notebook is not None and submission.notebook.resolve() in entry_times:
+        when = deadlines.zip_time(entry_times[submission.notebook.resolve()], zone)
+        return dataclasses.replace(submission, submitted_at=when, time_source=deadlines.FROM_ZIP)
+    return submission
 
 
 def _choose(student: str, notebooks: list[Path], expected: str) -> Submission:

@@ -40,13 +40,15 @@ FAST_NBGRADER = ("import sys; from autograder.release import fast_gradebook_crea
                  "from nbgrader.apps.nbgraderapp import main; sys.argv[0] = 'nbgrader'; sys.exit(main())")
 
 
-def run_nbgrader(args: list[str], course: Path, fast: bool = False) -> subprocess.CompletedProcess[str]:
-    """Run ``nbgrader ARGS`` in the course root ``course``; raise with its output if it fails. ``fast``: with
-    :func:`fast_gradebook_creation` (the course's own tools; the tests that compare with stock nbgrader run it
-    as it comes)."""
+def run_nbgrader(args: list[str], course: Path, fast: bool = False,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``nbgrader ARGS`` in the course root ``course``, with ``env`` added to the environment; raise with its
+    output if it fails. ``fast``: with :func:`fast_gradebook_creation` (the course's own tools; the tests that
+    compare with stock nbgrader run it as it comes)."""
     launcher = ["-c", FAST_NBGRADER] if fast else ["-m", "nbgrader"]
     result = subprocess.run(
-        [sys.executable, *launcher, *args], cwd=course, env=nbgrader_env(), capture_output=True, text=True
+        [sys.executable, *launcher, *args], cwd=course, env={**nbgrader_env(), **(env or {})}, capture_output=True,
+        text=True
     )
     if result.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")

@@ -49,6 +49,7 @@ def write_feedback(result: Result, folder: Path) -> Path:
     target.with_suffix(".json").write_text(json.dumps({
         "student_id": result.student_id, "assignment": result.assignment, "score": result.score,
         "max_score": result.max_score, "status": result.status, "reason": result.reason,
+        "late_penalty": result.penalty,
         "cells": [{"grade_id": c.grade_id, "points": c.points, "max_points": c.max_points, "message": c.message,
                    "mistake": c.mistake} for c in result.cells.values()],
     }, indent=1), encoding="utf-8")
@@ -84,9 +85,10 @@ def _png(fig: plt.Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
 
 
-def write_report(results: list[Result], path: Path) -> None:
+def write_report(results: list[Result], path: Path, lateness: dict | None = None) -> None:
     """The class at a glance: score histogram, pass rate per check (a picture and a table), the commonest named
-    mistakes (each counted once per student, from the cells' ``mistake`` fields), statuses."""
+    mistakes (each counted once per student, from the cells' ``mistake`` fields), statuses, and the late
+    submissions with their penalties (``lateness``: student -> autograder.deadlines.Lateness)."""
     ids = grade_ids(results)
     scores = [r.score for r in results]
     maximum = max((r.max_score for r in results), default=0)
@@ -114,6 +116,19 @@ def write_report(results: list[Result], path: Path) -> None:
     unusual = "".join(
         f"<tr><td>{html.escape(r.student_id)}</td><td>{html.escape(r.status)}</td><td>{html.escape(r.reason)}</td></tr>"
         for r in results if r.status != "ok")
+    late = sorted(((r.student_id, lateness[r.student_id]) for r in results
+                   if lateness and r.student_id in lateness and lateness[r.student_id].seconds_late),
+                  key=lambda item: -item[1].seconds_late)
+    late_rows = "".join(
+        f"<tr><td>{html.escape(student)}</td><td>{when.submitted:%Y-%m-%d %H:%M} UTC</td>"
+        f"<td>{when.due:%Y-%m-%d %H:%M} UTC</td><td>{html.escape(_late_by(when.seconds_late))}</td>"
+        f"<td>{when.penalty:g}</td></tr>" for student, when in late)
+    untimed = sum(1 for r in results if lateness and r.student_id in lateness and lateness[r.student_id].submitted
+                  is None)
+    deadline = next((w.due for w in (lateness or {}).values() if w.due is not None and w.extension is None), None)
+    due_line = (f"<p>Due {deadline:%Y-%m-%d %H:%M} UTC; {len(late)} late; {untimed} without a submission time "
+                "(never counted late).</p>" if lateness and any(w.due for w in lateness.values()) else
+                "<p>No due date was given (<code>--due</code>) or found in the gradebook.</p>")
     assignment = results[0].assignment if results else ""
     mean = sum(scores) / len(scores) if scores else 0.0
     path.write_text(
@@ -126,10 +141,18 @@ def write_report(results: list[Result], path: Path) -> None:
         "</table>"
         f"<h2>Most common named mistakes</h2><table id='mistakes'><tr><th>mistake</th><th>students</th></tr>"
         f"{mistake_rows}</table>"
+        f"<h2>Late submissions</h2>{due_line}<table id='late'><tr><th>student</th><th>submitted</th>"
+        f"<th>due (with extension)</th><th>late by</th><th>penalty</th></tr>{late_rows}</table>"
         f"<h2>Statuses</h2><table id='statuses'><tr><th>status</th><th>submissions</th></tr>{status_rows}</table>"
         "<h2>Submissions that need a look</h2><table id='unusual'><tr><th>student</th><th>status</th><th>reason</th>"
         "</tr>"
         f"{unusual}</table></body></html>", encoding="utf-8")
+
+
+def _late_by(seconds: float) -> str:
+    from autograder.deadlines import _span
+
+    return _span(seconds)
 
 
 def write_gradebook(results: list[Result], notebook_name: str, release: dict, db_url: str) -> None:

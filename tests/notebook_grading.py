@@ -20,7 +20,8 @@ import sys
 import traceback
 import types
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,8 @@ def replace_solution(nb: Any, grade_id: str, source: str) -> None:
 class Autograded:
     scores: dict[str, dict[str, tuple[float, float]]]  # student -> grade_id -> (score, max)
     notebooks: dict[str, Any]  # student -> the autograded notebook (with outputs)
+    #: student -> (timestamp, due date with the extension, seconds late, late penalty) as the gradebook holds them
+    late: dict[str, tuple[Any, Any, float, float | None]] = field(default_factory=dict)
 
     def total(self, student: str) -> tuple[float, float]:
         cells = self.scores[student].values()
@@ -208,8 +211,15 @@ class Autograded:
         raise KeyError(grade_id)
 
 
-def autograde(assignment: str, submissions: dict[str, Any], workdir: Path) -> Autograded:
-    """Run ``nbgrader generate_assignment`` and ``nbgrader autograde`` on ``submissions`` (student -> notebook)."""
+def autograde(assignment: str, submissions: dict[str, Any], workdir: Path, *, timestamps: dict[str, str] | None = None,
+              due: datetime | None = None, extensions: dict[str, timedelta] | None = None,
+              env: dict[str, str] | None = None, keep_submitted: Path | None = None) -> Autograded:
+    """Run ``nbgrader generate_assignment`` and ``nbgrader autograde`` on ``submissions`` (student -> notebook).
+
+    Deadlines as an instructor sets them for nbgrader: ``timestamps`` (student -> the text of their
+    ``timestamp.txt``), the assignment's ``due`` date and ``extensions`` in the gradebook, and ``env`` for
+    nbgrader (a ``JUPYTER_CONFIG_DIR`` whose nbgrader_config.py picks a late-submission plugin, say).
+    ``keep_submitted``: where to copy the submitted folder, timestamps and all, before the course is removed."""
     course = make_course_copy(workdir / "course", [assignment])
     run_nbgrader(["generate_assignment", assignment, "--force"], course, fast=True)  # set-up; autograde is stock
     name = ASSIGNMENTS[assignment][0]
@@ -217,12 +227,29 @@ def autograde(assignment: str, submissions: dict[str, Any], workdir: Path) -> Au
         target = course / "submitted" / student / assignment
         target.mkdir(parents=True)
         nbformat.write(nb, target / name)
-    run_nbgrader(["autograde", assignment, "--force"], course)
+        if timestamps and student in timestamps:
+            (target / "timestamp.txt").write_text(timestamps[student], encoding="utf-8")
+    db = f"sqlite:///{course / 'gradebook.db'}"
+    if due is not None or extensions:
+        with warnings.catch_warnings(), Gradebook(db) as gradebook:
+            warnings.simplefilter("ignore")  # nbgrader's own SQLAlchemy session warnings on a new submission
+            if due is not None:
+                gradebook.update_or_create_assignment(assignment, duedate=due)
+            for student, extension in (extensions or {}).items():
+                gradebook.update_or_create_student(student)
+                gradebook.update_or_create_submission(assignment, student, extension=extension)
+    if keep_submitted is not None:
+        shutil.copytree(course / "submitted", keep_submitted)
+    run_nbgrader(["autograde", assignment, "--force"], course, env=env)
     scores: dict[str, dict[str, tuple[float, float]]] = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+    late: dict[str, tuple[Any, Any, float, float | None]] = {}
+    with Gradebook(db) as gradebook:
         for student in submissions:
             submitted = gradebook.find_submission_notebook(Path(name).stem, assignment, student)
             scores[student] = {g.name: (float(g.score), float(g.max_score)) for g in submitted.grades}
+            whole = gradebook.find_submission(assignment, student)
+            late[student] = (whole.timestamp, whole.duedate, whole.total_seconds_late,
+                             submitted.late_submission_penalty)
     notebooks = {s: nbformat.read(course / "autograded" / s / assignment / name, 4) for s in submissions}
     shutil.rmtree(course, ignore_errors=True)
-    return Autograded(scores, notebooks)
+    return Autograded(scores, notebooks, late)

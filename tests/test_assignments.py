@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import csv
 import importlib
 import inspect
 import json
@@ -64,9 +65,38 @@ def _entry(entries, label):
     return next(e for e in entries if e.label == label)
 
 
+#: The course's late-submission plugin in these tests, as nbgrader's documentation writes its SubtractPlugin: one
+#: point per hour or part of one, by the total seconds late that nbgrader passes it.
+LATE_PLUGIN = """
+import math
+
+from nbgrader.plugins import LateSubmissionPlugin
+
+
+class SubtractPlugin(LateSubmissionPlugin):
+    def late_submission_penalty(self, student_id, score, total_seconds_late):
+        return float(math.ceil(total_seconds_late / 3600))
+"""
+DUE = "2026-12-01 17:00:00 UTC"
+#: each student's timestamp.txt, as nbgrader submit writes it (a zone named, or UTC); "untouched" has none
+TIMESTAMPS = {
+    "solution": "2026-12-01 16:59:30 UTC",  # on time
+    "wrong_axis": "2026-12-01 20:30:00 Europe/Berlin",  # 19:30 UTC: 2 h 30 min late, 3 points
+    "einsum": "2026-12-02 03:00:00 UTC",  # 10 h late, but within its 24 h extension
+    "deleted_test": "2026-12-02 23:00:00 UTC",  # 30 h late: 30 points, bounded by its score of 0
+}
+
+
 def test_nbgrader_grades_a_small_class(tmp_path) -> None:
     """Real `nbgrader generate_assignment` + `autograde` of one batch: full marks, zero, a named mistake,
-    a correct alternative and a deleted test cell, side by side."""
+    a correct alternative and a deleted test cell, side by side. The same class, due on a date, with
+    timestamps, an extension and the course's late-submission plugin, then goes through the class grader
+    (python -m autograder grade): the same times, lateness, penalties and points as nbgrader's, student by
+    student, in the gradebook where nbgrader keeps them."""
+    from datetime import datetime, timedelta
+
+    from nbgrader.api import Gradebook
+
     assignment = "01_self_attention"
     source = nbformat.read(source_notebook(assignment), 4)
     wrong = nbformat.read(source_notebook(assignment), 4)
@@ -78,13 +108,21 @@ def test_nbgrader_grades_a_small_class(tmp_path) -> None:
     deleted = nbformat.read(release_notebook(assignment), 4)
     deleted.cells = [c for c in deleted.cells if nbgrader_meta(c).get("grade_id") != "softmax_stable"]
 
+    config = tmp_path / "jupyter-config"  # where an instructor's ~/.jupyter would be
+    config.mkdir()
+    (config / "late_course.py").write_text(LATE_PLUGIN, encoding="utf-8")
+    (config / "nbgrader_config.py").write_text(
+        'c = get_config()  # noqa: F821\nc.AssignLatePenalties.plugin_class = "late_course.SubtractPlugin"\n')
+    env = {"JUPYTER_CONFIG_DIR": str(config), "PYTHONPATH": str(config)}
+    due = datetime(2026, 12, 1, 17)
     result = autograde(assignment, {
         "solution": source,
         "untouched": nbformat.read(release_notebook(assignment), 4),
         "wrong_axis": wrong,
         "einsum": alternative,
         "deleted_test": deleted,
-    }, tmp_path)
+    }, tmp_path, timestamps=TIMESTAMPS, due=due, extensions={"einsum": timedelta(hours=24)}, env=env,
+        keep_submitted=tmp_path / "class")
 
     score, maximum = result.total("solution")
     assert maximum > 0 and score == maximum, result.scores["solution"]
@@ -104,6 +142,42 @@ def test_nbgrader_grades_a_small_class(tmp_path) -> None:
     # a deleted test cell is put back and graded, not silently dropped
     assert "softmax_stable" in result.scores["deleted_test"]
     assert result.total("deleted_test") == (0.0, maximum)
+
+    # nbgrader's verdicts on the deadline, which the class grader must match
+    assert {s: (late[2], late[3]) for s, late in result.late.items()} == {
+        "solution": (0.0, None), "untouched": (0.0, None), "einsum": (0.0, None),
+        "wrong_axis": (9000.0, 3.0), "deleted_test": (108000.0, 0.0)}, result.late
+
+    out = tmp_path / "grades"
+    run = subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, str(tmp_path / "class"), "--out",
+                          str(out), "--gradebook", f"sqlite:///{out / 'gradebook.db'}", "--due", DUE,
+                          "--extension", "einsum=24", "--workers", "2"],
+                         cwd=REPO_ROOT, env={**nbgrader_env(), **env}, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gradebook:
+        ours = {}
+        for student in result.late:
+            whole = gradebook.find_submission(assignment, student)
+            notebook = gradebook.find_submission_notebook("self_attention", assignment, student)
+            ours[student] = (whole.timestamp, whole.duedate, whole.total_seconds_late, notebook.late_submission_penalty)
+            assert {g.name: (float(g.score), float(g.max_score)) for g in notebook.grades} == result.scores[student], (
+                f"{student}: the class grader's points differ from nbgrader autograde's")
+    assert ours == result.late
+    with (out / "grades.csv").open() as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    wrong_points = sum(s for s, _ in result.scores["wrong_axis"].values())
+    assert float(rows["wrong_axis"]["score"]) == wrong_points - 3, rows["wrong_axis"]
+    assert "2 h 30 min after the due date 2026-12-01 17:00:00 UTC: late penalty 3 point(s)" in rows["wrong_axis"][
+        "reason"]
+    assert "extension of 1 d" not in rows["einsum"]["reason"] and float(rows["einsum"]["score"]) == maximum
+    assert "late" not in rows["untouched"]["reason"] and "late" not in rows["solution"]["reason"]
+    report = (out / "report.html").read_text()
+    late_table = report[report.index("<table id='late'>"):]
+    late_table = late_table[:late_table.index("</table>")]
+    assert late_table.count("<tr>") == 3 and "wrong_axis" in late_table and "deleted_test" in late_table
+    assert "1 without a submission time" in report
+    feedback = (out / "feedback" / "wrong_axis" / f"{assignment}.html").read_text()
+    assert "late penalty 3 point(s)" in feedback
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ import csv
 import io
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from autograder import export, reports
+from autograder import deadlines, export, reports
 from autograder.grading import CellResult, Result
 from autograder.release import REPO_ROOT, nbgrader_env
 
@@ -46,6 +47,10 @@ def gradebook(tmp_path_factory) -> str:
                            earned[assignment].items()})
                    for student, earned in EARNED.items() if assignment in earned]
         reports.write_gradebook(results, "notebook.ipynb", _release(assignment), url)
+    # lee handed a1 in an hour late and lost 1 of its 2 points to the late penalty: the LMS gets 1
+    due = datetime(2026, 12, 1, 17)
+    deadlines.record({"lee": deadlines.Lateness(due + timedelta(hours=1), deadlines.FROM_FILE, due, None, 3600.0,
+                                                1.0)}, "a1", "notebook", due, {}, url)
     return url
 
 
@@ -58,7 +63,7 @@ def test_canvas_without_a_roster_uses_the_student_id_as_sis_user_id(gradebook) -
     rows = _rows(text)
     assert ",".join(rows[0]) == CANVAS_HEADER + ",a1,a2"
     assert rows[1] == ["    Points Possible", "", "", "", "", "5", "4"]
-    assert rows[2:] == [["", "", "kim", "", "", "5", "0"], ["", "", "lee", "", "", "2", ""],
+    assert rows[2:] == [["", "", "kim", "", "", "5", "0"], ["", "", "lee", "", "", "1", ""],
                         ["", "", "max", "", "", "", "4"]]
     assert said == ["no submission of a1 (1, an empty cell): max", "no submission of a2 (1, an empty cell): lee"]
 
@@ -74,7 +79,7 @@ def test_canvas_with_a_roster_names_every_student_it_cannot_place(gradebook, tmp
     rows = _rows(text)
     assert ",".join(rows[0]) == CANVAS_HEADER + ",Attention 1 (4321)"
     assert rows[1][-1] == "5"
-    assert rows[2:] == [["Park, Kim", "101", "", "kpark", "S1", "5"], ["Lee, Ann", "102", "", "alee", "S1", "2"],
+    assert rows[2:] == [["Park, Kim", "101", "", "kpark", "S1", "5"], ["Lee, Ann", "102", "", "alee", "S1", "1"],
                         ["Ng, Zoe", "103", "", "zng", "S2", "0"]]
     # max was graded (a2 only, not exported here: no a1 submission) and is on no roster line; zoe never submitted
     assert said == ["no submission of a1 (1, 0): zoe"]
@@ -94,10 +99,11 @@ def test_moodle_has_the_user_columns_of_its_own_import_fixture(gradebook, tmp_pa
     assert rows[0] == ["First name", "Last name", "Email address", "ID number", "Username", "a1", "Chapter 2"]
     assert rows[1] == ["Kim", "Park", "kim@example.com", "", "", "5", "0"]
     text, _ = export.export(export.read_gradebook(gradebook), "moodle")  # no roster: the id under ID number
-    assert _rows(text)[2] == ["", "", "", "lee", "", "2", ""]
+    assert _rows(text)[2] == ["", "", "", "lee", "", "1", ""]
 
 
 def test_plain_gives_what_nbgrader_export_gives(gradebook, tmp_path) -> None:
+    """The same scores as ``nbgrader export``'s: the points less the late penalty (its raw_score is before it)."""
     text, _ = export.export(export.read_gradebook(gradebook), "plain", missing="zero")
     ours = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
             for r in csv.DictReader(io.StringIO(text))}
@@ -106,9 +112,12 @@ def test_plain_gives_what_nbgrader_export_gives(gradebook, tmp_path) -> None:
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     with (tmp_path / "nbgrader.csv").open() as handle:
-        theirs = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
-                  for r in csv.DictReader(handle)}
+        rows = list(csv.DictReader(handle))
+        theirs = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"])) for r in rows}
     assert ours == theirs and len(ours) == 6
+    assert ours["lee", "a1"] == (1.0, 5.0)
+    assert [(r["raw_score"], r["late_submission_penalty"]) for r in rows if r["student_id"] == "lee" and
+            r["assignment"] == "a1"] == [("2.0", "1.0")]
 
 
 @pytest.mark.parametrize(("call", "says"), [

@@ -13,26 +13,31 @@ Everything runs on copies, so the repository is never written to."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import re
+import shlex
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from selenium.webdriver.common.by import By
 from test_browser import _driver
 
-from autograder import reports
+from autograder import deadlines, reports
 from autograder.grading import CellResult, Result
 from autograder.release import NOTEBOOKS, REPO_ROOT, SOURCE, assignments, make_course_copy, nbgrader_env
 
 ASSIGNMENT, NOTEBOOK = "01_self_attention", "self_attention.ipynb"
+DUE = datetime(2026, 12, 1, 17)
 
 
 def _graded_cells() -> dict[str, float]:
@@ -55,8 +60,8 @@ def _get(url: str):
 @pytest.fixture(scope="module")
 def formgrader(tmp_path_factory):
     """A course copy with every assignment's source, Chapter 1 generated (which makes its gradebook entry), then
-    grades recorded as ``grade`` records them (kim full marks, lee the first test cell only); its formgrader served
-    on a free port."""
+    grades recorded as ``grade`` records them (kim full marks and on time, lee the first test cell only and two
+    hours late); its formgrader served on a free port."""
     course = make_course_copy(tmp_path_factory.mktemp("formgrader") / "course", assignments())
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"], cwd=course,
                    env=nbgrader_env(), check=True, capture_output=True, timeout=300)
@@ -68,6 +73,9 @@ def formgrader(tmp_path_factory):
                for student in ("kim", "lee")]
     reports.write_gradebook(results, NOTEBOOK, json.loads((NOTEBOOKS / ASSIGNMENT / NOTEBOOK).read_text()),
                             f"sqlite:///{course / 'gradebook.db'}")
+    late = {"kim": deadlines.Lateness(DUE - timedelta(minutes=5), deadlines.FROM_FILE, DUE, None, 0.0, 0.0),
+            "lee": deadlines.Lateness(DUE + timedelta(hours=2), deadlines.FROM_FILE, DUE, None, 7200.0, 0.0)}
+    deadlines.record(late, ASSIGNMENT, Path(NOTEBOOK).stem, DUE, {}, f"sqlite:///{course / 'gradebook.db'}")
     with _serving([sys.executable, "-m", "autograder", "formgrader", "--course", str(course), "--port", "{port}",
                    "--"], REPO_ROOT, course.parent) as base:
         yield base, course
@@ -119,6 +127,10 @@ def test_the_formgrader_lists_every_assignment_and_the_grades_grade_wrote(formgr
     total = sum(_graded_cells().values())
     assert scores["kim"] == (total, total), scores
     assert 0 < scores["lee"][0] < total, scores
+    # the late flag as nbgrader keeps it: the submission's time against the assignment's due date
+    assert chapter["duedate"].startswith("2026-12-01T17:00:00"), chapter
+    times = {s["student"]: s["timestamp"] for s in _get(base + f"/formgrader/api/submissions/{ASSIGNMENT}")}
+    assert times["lee"].startswith("2026-12-01T19:00:00") and times["kim"].startswith("2026-12-01T16:55:00"), times
     log = (course.parent / "jupyter.log").read_text()
     assert "Unwritable directory" not in log and "formgrader encountered an error" not in log, log[-3000:]
 
@@ -139,39 +151,96 @@ def test_an_instructor_sees_the_class_in_the_formgrader_in_a_browser(formgrader)
                 time.sleep(0.5)
             assert expected in text, f"{page} never showed {expected!r}; it shows:\n{text[:2000]}"
             assert "encountered an error" not in text, text[:2000]
+            if page == "/formgrader":  # the assignments page gives the due date
+                row = next((line for line in text.splitlines() if line.startswith(ASSIGNMENT)), "")
+                assert "2026-12-01 17:00:00" in row, text[:2000]
         total = sum(_graded_cells().values())
         rows = {line.split("\t")[1]: line for line in text.splitlines() if line.count("\t") >= 4}
         assert f"{total:g} / {total:g}" in rows["kim"] and f"/ {total:g}" in rows["lee"], rows
+        # each row shows when it came in: lee's, two hours after the due date the assignments page shows
+        assert "2026-12-01 19:00:00" in rows["lee"] and "2026-12-01 16:55:00" in rows["kim"], rows
         # graded by the class grader, nothing is left to grade by hand (nbgrader's own autograde says the same)
         assert not [line for line in rows.values() if "needs manual grading" in line], rows
     finally:
         driver.quit()
 
 
-def test_release_fetch_submit_and_collect_work_through_the_courses_exchange(tmp_path) -> None:
-    """nbgrader's own exchange commands, as the instructor guide gives them, with no root: the exchange is a folder
-    of the course (``autograder/exchange``, or ``NBGRADER_EXCHANGE``)."""
-    course = make_course_copy(tmp_path / "course", [ASSIGNMENT])
-    env = {**nbgrader_env(), "NBGRADER_EXCHANGE": ""}  # the course's own
+def _guide_block(section: str, language: str) -> str:
+    """The first ``language`` code block of the instructor guide's ``section``."""
+    text = (REPO_ROOT / "book" / "instructor.md").read_text(encoding="utf-8")
+    body = text[text.index(f"\n## {section}\n"):]
+    body = body[:body.find("\n## ", 1)]
+    return re.search(rf"```{language}\n(.*?)```", body, re.S).group(1)
 
-    def nbgrader(*args: str, cwd: Path) -> str:
-        run = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert run.returncode == 0, f"nbgrader {' '.join(args)}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-        return run.stdout + run.stderr
 
-    nbgrader("generate_assignment", ASSIGNMENT, "--force", cwd=course)
-    nbgrader("release_assignment", ASSIGNMENT, cwd=course)
-    assert (course / "exchange" / "attention-from-scratch" / "outbound" / ASSIGNMENT / NOTEBOOK).is_file()
-    learner = tmp_path / "learner"
-    learner.mkdir()
-    where = [f"--Exchange.root={course / 'exchange'}", "--CourseDirectory.course_id=attention-from-scratch"]
-    nbgrader("fetch_assignment", ASSIGNMENT, *where, cwd=learner)
-    assert (learner / ASSIGNMENT / NOTEBOOK).is_file()
-    nbgrader("submit", ASSIGNMENT, *where, cwd=learner)
-    nbgrader("collect", ASSIGNMENT, cwd=course)
-    submitted = [p for p in (course / "submitted").glob(f"*/{ASSIGNMENT}") if (p / NOTEBOOK).is_file()]
-    assert len(submitted) == 1 and (submitted[0] / "timestamp.txt").is_file(), list((course / "submitted").rglob("*"))
+def _scratch_repository(folder: Path) -> Path:
+    """The repository's tracked files, copied to ``folder``: commands run there write nothing here."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (REPO_ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, folder / name)
+    return folder
+
+
+def test_the_term_runs_as_the_instructor_guide_gives_it(tmp_path) -> None:
+    """"The term", command by command, on a scratch copy of the repository, with the guide's late plugin in its
+    nbgrader_config.py: release through the course's own exchange (no root), a due date half an hour ago, two
+    learners who fetch and submit (kim with answers, one of them wrong, and late; lee untouched, within the
+    extension the guide gives), collect, grade, the regrade's dry run and the real one, the export to Canvas."""
+    from nbgrader.api import Gradebook
+
+    repo = _scratch_repository(tmp_path / "repo")
+    config = repo / "autograder" / "nbgrader_config.py"
+    config.write_text(config.read_text() + "\n" + _guide_block("The term", "python"))
+    env = {**nbgrader_env(), "NBGRADER_EXCHANGE": ""}  # the course's own exchange
+    due = datetime.now(timezone.utc).replace(tzinfo=None, microsecond=0) - timedelta(minutes=30)
+    block = _guide_block("The term", "bash").replace("\\\n", " ")
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    assert any(c.startswith("nbgrader collect") for c in commands), block
+    cwd, ran = repo, []
+    exchange = repo / "autograder" / "exchange"
+    for command in filter(None, commands):
+        words = shlex.split(command.replace("2026-12-01 17:00:00 UTC", f"{due:%Y-%m-%d %H:%M:%S} UTC"))
+        if words[0] == "cd":
+            cwd = (cwd / words[1]).resolve()
+            continue
+        if words[0] == "nbgrader" and words[1] == "collect":  # the learners' turn comes first
+            for student in ("kim", "lee"):
+                learner = tmp_path / student
+                learner.mkdir()
+                where = [f"--Exchange.root={exchange}", f"--CourseDirectory.student_id={student}",
+                         "--CourseDirectory.course_id=attention-from-scratch"]
+                for step in ("fetch_assignment", "submit"):
+                    if step == "submit" and student == "kim":
+                        _answers_filled(learner / ASSIGNMENT)
+                    run = subprocess.run([sys.executable, "-m", "nbgrader", step, ASSIGNMENT, *where], cwd=learner,
+                                         env=env, capture_output=True, text=True, timeout=300)
+                    assert run.returncode == 0, f"{student}: nbgrader {step}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+        argv = ([sys.executable, "-m", "nbgrader", *words[1:]] if words[0] == "nbgrader" else
+                [sys.executable, *words[1:]] if words[0] == ".venv/bin/python" else words)
+        run = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+        assert run.returncode == 0, f"{command}:\n{run.stdout[-3000:]}{run.stderr[-3000:]}"
+        ran.append(command)
+    assert (repo / "autograder" / "submitted" / "kim" / ASSIGNMENT / "timestamp.txt").is_file()
+
+    grades = repo / "grades" / ASSIGNMENT
+    with Gradebook(f"sqlite:///{repo / 'autograder' / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_assignment(ASSIGNMENT).duedate == due
+        kim, lee = (gradebook.find_submission(ASSIGNMENT, s) for s in ("kim", "lee"))
+        assert 30 * 60 < kim.total_seconds_late < 60 * 60 and kim.late_submission_penalty == 1.0
+        assert lee.extension == timedelta(hours=48) and lee.total_seconds_late == 0
+        assert not lee.late_submission_penalty, lee.late_submission_penalty
+        points = kim.score
+    assert 1 < points < sum(_graded_cells().values())
+    with (grades / "grades.csv").open() as handle:
+        rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    assert float(rows["kim"]["score"]) == points - 1 and "late penalty 1 point(s)" in rows["kim"]["reason"], rows
+    assert "late" not in rows["lee"]["reason"], rows["lee"]
+    assert (grades / "changes.csv").read_text().count("\n") == 1, "the dry run found changes in a class unchanged"
+    canvas = list(csv.reader((repo / "canvas.csv").open()))
+    assert [row[-1] for row in canvas if row[2] == "kim"] == [f"{points - 1:g}"], canvas
+    assert len(ran) == len([c for c in commands if c and not c.startswith("cd ")]), ran
 
 
 def _answers_filled(folder: Path) -> Path:
