@@ -168,6 +168,8 @@ SPE_NOT_MOVED = KnownMistake("buffer not moved by .to", "after .to({where}) its 
                              "CPU")
 T_EQUALS_MAX_LEN = KnownMistake("T == max_len refused", "the table has the rows 0..{last}, enough for T = max_len = "
                                 "{max_len}: refuse only T > max_len")
+SPE_MAX_LEN_DEFAULT = KnownMistake("max_len default", "it {found}: max_len defaults to 5000, so a sequence of "
+                                   "5000 tokens fits")
 NOT_SLICED_CRASH = KnownMistake("encoding not sliced to T", "the table has max_len = {max_len} rows: add only its "
                                 "first T rows, `pe[:T]`")
 
@@ -207,6 +209,9 @@ TABLE_FROZEN = KnownMistake("table frozen", "the ({max_len}, {d}) table has requ
 SWAPPED_SIZES = KnownMistake("max_len and d_model swapped", "the table `{table}` is ({d}, {max_len}): "
                              "nn.Embedding(num_embeddings, embedding_dim) wants one row per *position*, "
                              "nn.Embedding(max_len, d_model) = ({max_len}, {d})")
+LEARNED_POSITIONS_ON_CPU = KnownMistake("positions built on the CPU", "it made a tensor on the {found}, though x is "
+                                        "on the meta device: build the positions on the device of x, "
+                                        "`torch.arange(T, device=x.device)`, so that the module also runs on a GPU")
 NOT_TRAINABLE = KnownMistake("table not a trainable parameter", "it keeps its table `{table}` as a plain tensor or "
                              "buffer, which the optimiser never sees — a learned embedding is trained: use "
                              "nn.Embedding(max_len, d_model)")

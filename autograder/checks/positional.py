@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from autograder.checks.core import (
     Check,
@@ -131,7 +132,8 @@ def _probe_spe_max_len(student: Any) -> Observations:
         return student(d, max_len=n)(seeded(2, t, d, seed=505))
 
     return {"fits": attempt_facts(lambda: run(n)), "past": attempt(lambda: run(n + 2)),
-            "odd": attempt(lambda: student(7, max_len=n))}
+            "odd": attempt(lambda: student(7, max_len=n)),
+            "default": attempt_facts(lambda: student(d)(torch.zeros(1, 5000, d)))}  # max_len defaults to 5000
 
 
 _SPE_CONTRACT = {"x": seeded(2, 5, 8, seed=506, dtype=torch.float64)}
@@ -203,6 +205,33 @@ def _learned_contract_call(cls: Any) -> Callable[..., Any]:
     return call
 
 
+def _devices_made(build: Callable[[], Any], x: Tensor) -> Any:
+    """The devices of every tensor torch's functions make while the module ``build()`` gives runs on ``x``, on the
+    meta device: a tensor on the CPU is one built without ``device=x.device``."""
+    class Devices(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            seen.update(t.device.type for t in (out if isinstance(out, (tuple, list)) else (out,))
+                        if isinstance(t, Tensor))
+            return out
+
+    seen: set[str] = set()
+
+    def run() -> list[str]:
+        module = build()
+        with Devices():
+            module(x)
+        return sorted(seen)
+
+    return attempt(run)
+
+
+def _probe_learned_gradients(student: Any) -> Observations:
+    """The float64 contract, then the devices of the tensors a forward on the meta device makes."""
+    return {**_observe_contract(_learned_contract_call(student), _LEARNED_CONTRACT, seed=519),
+            "devices": _devices_made(lambda: student(12, 8).to("meta"), torch.zeros(2, 5, 8, device="meta"))}
+
+
 def _probe_learned_max_len(student: Any) -> Observations:
     def run(t: int) -> Any:
         return student(10, 8)(seeded(2, t, 8, seed=520))
@@ -211,10 +240,7 @@ def _probe_learned_max_len(student: Any) -> Observations:
 
 
 register("LearnedPositionalEmbedding_table", _probe_learned_table)
-register(
-    "LearnedPositionalEmbedding_gradients",
-    lambda student: _observe_contract(_learned_contract_call(student), _LEARNED_CONTRACT, seed=519),
-)
+register("LearnedPositionalEmbedding_gradients", _probe_learned_gradients)
 register("LearnedPositionalEmbedding_max_len", _probe_learned_max_len)
 
 

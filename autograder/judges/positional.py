@@ -290,6 +290,13 @@ def _judge_spe_max_len(obs: Observations) -> None:
     d, n = _SPE_MAX
     _judge_max_len(obs, _spe_call(d, n, BASE), d, n)
     judge_value_error(obs["odd"], f"SinusoidalPositionalEncoding(7, max_len={n}), an odd d_model,", ("7",))
+    default, call = obs["default"], f"SinusoidalPositionalEncoding({d}) on x (1, 5000, {d})"
+    if isinstance(default, Raised) and default.type == "ValueError":
+        raise mistake(known.SPE_MAX_LEN_DEFAULT, call, found=default.describe())
+    if isinstance(default, Raised):
+        raise Mistake(f"{call} {default.describe()}")
+    if not isinstance(default, dict) or default["shape"] != (1, 5000, d):
+        raise Mistake(f"{call} returned {default!r:.100}, expected a tensor of shape (1, 5000, {d})")
 
 
 def _judge_spe_contract(obs: Observations) -> None:
@@ -340,6 +347,13 @@ judge(Compare(LEARNED_FORWARD, lambda max_len, d, x, seed: x + _learned_weights(
 def _judge_learned_gradients(obs: Observations) -> None:
     what = "LearnedPositionalEmbedding(12, 8)"
     _judge_contract(obs, what)
+    devices = obs["devices"]
+    on_meta = f"{what}.to('meta') on x of shape (2, 5, 8) on the meta device"
+    if isinstance(devices, Raised):
+        raise Mistake(f"{on_meta} {devices.describe()}")
+    others = [device for device in devices if device != "meta"]
+    if others:
+        raise mistake(known.LEARNED_POSITIONS_ON_CPU, on_meta, found=others[0])
     grad = obs["grads"]["table"]
     t = _LEARNED_CONTRACT["x"].shape[1]
     rows = [int(r) for r in (grad.abs().sum(-1) > 0).nonzero().flatten()]
@@ -449,6 +463,14 @@ def _alibi_bias_what(n_heads: int, T: int) -> str:
 _alibi_bias_suspects = declared(known.ALIBI_BIAS, ref.alibi_bias)
 
 
-judge(Compare(ALIBI_BIAS_VALUES, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects))
-judge(Compare(ALIBI_BIAS_HEADS, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects))
+def _alibi_bias_float32(out: Any, what: str, n_heads: int, T: int) -> None:
+    """The guard of alibi_bias's values: a tensor in float32, the default dtype, as the exercise states."""
+    if isinstance(out, Tensor) and out.dtype != torch.float32:
+        if out.dtype == torch.float64:
+            raise mistake(known.TABLE_FLOAT64, what, dtype=out.dtype, default=torch.float32)
+        raise Mistake(f"{what} returned {out.dtype}; the bias is float32, the default dtype")
+
+
+judge(Compare(ALIBI_BIAS_VALUES, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects, guard=_alibi_bias_float32))
+judge(Compare(ALIBI_BIAS_HEADS, ref.alibi_bias, _alibi_bias_what, _alibi_bias_suspects, guard=_alibi_bias_float32))
 register("alibi_bias_errors", value_errors(ALIBI_BIAS_ERRORS, known.ALIBI_BIAS_REFUSED))

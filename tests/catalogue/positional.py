@@ -191,6 +191,14 @@ class _Table(nn.Module):
         return x.shape[1]
 
 
+class SPEShortDefault(_Table):
+    def __init__(self, d_model, max_len=512, base=10000.0):  # a default of 512, not 5000
+        super().__init__(d_model, max_len, base)
+
+    def forward(self, x):
+        return x + self.pe[: self.length(x)].to(x.dtype)
+
+
 class SPEConcatenated(_Table):
     def forward(self, x):
         t = self.length(x)
@@ -368,6 +376,12 @@ class LEFromOne(_Learned):
     def forward(self, x):
         t = self.length(x)
         return x + self.table(torch.arange(1, t + 1, device=x.device))
+
+
+class LEPositionsOnCpu(_Learned):
+    def forward(self, x):
+        t = self.length(x)
+        return x + self.table(torch.arange(t))  # on the CPU, whatever the device of x
 
 
 class LENotAdded(_Learned):
@@ -757,6 +771,14 @@ def alibi_odd_fill(n_heads, T):
     return _with_slopes(m, T)
 
 
+def alibi_float64(n_heads, T):
+    """Slopes and distances computed in float64, and never brought back to the default dtype."""
+    _alibi_checked(n_heads, T)
+    m = torch.tensor(_slopes(n_heads), dtype=torch.float64)
+    positions = torch.arange(T, dtype=torch.float64)
+    return m[:, None, None] * (positions[None, :] - positions[:, None])
+
+
 def alibi_no_check(n_heads, T):
     return _with_slopes(_slopes(max(n_heads, 1)), max(T, 0))
 
@@ -824,6 +846,8 @@ WRONG = [
           "SinusoidalPositionalEncoding_forward"),
     Entry("SinusoidalPositionalEncoding", "x read as (T, B, d_model)", SPESequenceFirst,
           "positions along the batch axis", "SinusoidalPositionalEncoding_forward", also=(NO_VALUE_ERROR,)),
+    Entry("SinusoidalPositionalEncoding", "max_len default 512", SPEShortDefault, "max_len default",
+          "SinusoidalPositionalEncoding_max_len"),
     Entry("SinusoidalPositionalEncoding", "T == max_len refused", SPEOffByOne, "T == max_len refused",
           "SinusoidalPositionalEncoding_max_len"),
     Entry("SinusoidalPositionalEncoding", "x scaled by sqrt(d_model)", SPEScaled, "x scaled by √d_model",
@@ -864,6 +888,8 @@ WRONG = [
           "LearnedPositionalEmbedding_forward"),
     Entry("LearnedPositionalEmbedding", "T == max_len refused", LEOffByOne, "T == max_len refused",
           "LearnedPositionalEmbedding_max_len"),
+    Entry("LearnedPositionalEmbedding", "positions on the CPU", LEPositionsOnCpu, "positions built on the CPU",
+          "LearnedPositionalEmbedding_gradients"),
     Entry("apply_rotary", "pairs as halves (rotate_half)", rope_halves, "pairs taken as halves instead of interleaved",
           "apply_rotary_values"),
     Entry("apply_rotary", "interleaved angles with rotate_half", rope_mixed,
@@ -909,6 +935,7 @@ WRONG = [
           "alibi_bias_heads"),
     Entry("alibi_bias", "fill-up slopes at odd indices", alibi_odd_fill, "extra slopes at odd indices",
           "alibi_bias_heads"),
+    Entry("alibi_bias", "float64 bias", alibi_float64, "dtype float64 instead of float32", "alibi_bias_values"),
     Entry("alibi_bias", "no ValueError for no heads", alibi_no_check, NO_VALUE_ERROR, "alibi_bias_errors"),
 ]
 
