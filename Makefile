@@ -52,13 +52,15 @@ TEST_WORKERS ?= 2
 test: $(STAMP) lint  ## the whole suite: unit tests, grading, book build and browser test, leak scans, nbval
 	$(BIN)/python -m pytest tests $(NBVAL) --nbval-lax --durations=25 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-# One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): its catalogue in-process and
+# One chapter's proof for a contributor (CONTRIBUTING.md, "Testing one chapter fast"): lint of the chapter's own
+# files (python -m autograder.chapters A lists them), its catalogue in-process and
 # its sample through the class grader, the visible checks' naming figure, its notebook conventions, release and
 # nbgrader validate, its declared mistakes and the probe fuzz of its checks. make test stays the whole proof: it also
 # grades a wrong answer of each catalogue with stock nbgrader (parity of the two graders).
 chapter: $(STAMP)  ## one chapter's proof: make chapter A=05_positional_encoding
 	@test -n "$(A)" || { echo "usage: make chapter A=<assignment id>, one of: $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
 	@test -d "autograder/source/$(A)" || { echo "no assignment $(A): one of $$(ls autograder/source | tr '\n' ' ')"; exit 2; }
+	$(BIN)/ruff check $$($(BIN)/python -m autograder.chapters $(A))  # the chapter's own files, the scaffold's included
 	$(BIN)/python -m pytest tests/test_catalogue.py tests/test_assignments.py tests/test_probe_fuzz.py \
 		tests/test_known_mistakes.py -k "$(A) and not nbgrader_in_kernel_and_the_class_grader_agree" \
 		-q -n $(TEST_WORKERS) --dist loadgroup

@@ -53,6 +53,14 @@ class Chapter:
         """The student notebook, generated from the source by ``python -m autograder notebooks``."""
         return REPO_ROOT / "notebooks" / self.assignment / f"{self.module}.ipynb"
 
+    def owned_files(self) -> list[Path]:
+        """The files that are this chapter's alone (those that exist): what ``make chapter`` lints."""
+        found = [REPO_ROOT / "solutions" / f"{self.module}.py", COURSE_ROOT / "checks" / f"{self.module}.py",
+                 COURSE_ROOT / "judges" / f"{self.module}.py",
+                 REPO_ROOT / "attention_course" / "mistakes" / f"{self.module}.py",
+                 REPO_ROOT / "tests" / "catalogue" / f"{self.module}.py", self.source, self.notebook, self.narrative]
+        return [path for path in found if path.exists()]
+
     def _cells(self) -> list[dict]:
         return json.loads(self.source.read_text(encoding="utf-8"))["cells"]
 
@@ -107,3 +115,12 @@ def chapter(assignment: str) -> Chapter:
         if found.assignment == assignment:
             return found
     raise ValueError(f"unknown assignment {assignment!r}; known: {', '.join(c.assignment for c in CHAPTERS)}")
+
+
+if __name__ == "__main__":  # python -m autograder.chapters ASSIGNMENT: the chapter's own files, for `make chapter`
+    import sys
+
+    try:
+        print(" ".join(str(path.relative_to(REPO_ROOT)) for path in chapter(sys.argv[1]).owned_files()))
+    except (IndexError, ValueError) as err:
+        sys.exit(f"usage: python -m autograder.chapters ASSIGNMENT: {err}")

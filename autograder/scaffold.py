@@ -27,9 +27,12 @@ Nothing is written unless every check passes first (:class:`ScaffoldError` says 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import keyword
 import re
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,79 @@ from pathlib import Path
 from autograder.chapters import REPO_ROOT, Chapter, chapter
 
 WIDTH = 120  # ruff's line length
+CELL_ID_MAX = 64  # nbformat's longest cell id
+
+
+def _comment(text: str, indent: str = "", mark: str = "#") -> str:
+    """``text`` as comment lines (``mark``: ``#``, or ``#:`` for Sphinx) of at most WIDTH characters, at
+    ``indent``."""
+    return "\n".join(textwrap.wrap(text, WIDTH, initial_indent=f"{indent}{mark} ",
+                                   subsequent_indent=f"{indent}{mark}     " if mark == "#" else f"{indent}{mark} ",
+                                   break_on_hyphens=False, break_long_words=False))
+
+
+def _fstring(text: str, column: int) -> str:
+    """The f-string literal ``f"text"`` starting at ``column`` (after ``    return ``, say), split into adjacent
+    literals within parentheses, aligned, when one line would pass WIDTH. Splits only at ", " outside braces."""
+    if column + len(text) + 3 <= WIDTH:
+        return f'f"{text}"'
+    pieces, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0 and text.startswith(", ", i):
+            pieces.append(text[start:i + 2])
+            start = i + 2
+    pieces.append(text[start:])
+    lines, line = [], ""
+    for piece in pieces:
+        if line and column + 1 + len(line) + len(piece) + 4 > WIDTH:  # (f"...") and a comma's room
+            lines.append(line)
+            line = ""
+        line += piece
+    lines.append(line)
+    return "(" + f"\n{' ' * (column + 1)}".join(f'f"{line}"' for line in lines) + ")"
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _def_line(name: str, signature: str, indent: str = "") -> str:
+    """``def name(signature):`` at ``indent``, its arguments one a row when one line would pass WIDTH."""
+    line = f"{indent}def {name}{signature}:"
+    if len(line) <= WIDTH:
+        return line
+    depths = itertools.accumulate((ch == "(") - (ch == ")") for ch in signature)
+    end = next(i for i, depth in enumerate(depths) if depth == 0)  # the parenthesis that closes the arguments
+    arguments = "".join(f"{indent}    {a},\n" for a in _split_top(signature[1:end]))
+    return f"{indent}def {name}(\n{arguments}{indent}){signature[end + 1:]}:"
+
+
+def _raise(message: str, indent: str) -> str:
+    """``raise NotImplementedError("message")`` at ``indent``, the message split into adjacent literals when one
+    line would pass WIDTH."""
+    line = f'{indent}raise NotImplementedError("{message}")'
+    if len(line) <= WIDTH:
+        return line
+    head = f"{indent}raise NotImplementedError("
+    pieces, piece = [], ""
+    for word in message.split(" "):
+        grown = f"{piece} {word}" if piece else word
+        if piece and len(head) + len(grown) + 4 > WIDTH:
+            pieces.append(piece + " ")
+            piece = word
+        else:
+            piece = grown
+    pieces.append(piece)
+    return head + f"\n{' ' * len(head)}".join(f'"{p}"' for p in pieces) + ")"
+
 
 #: What the line above a test cell says it checks, for the test names the scaffold knows.
 CHECKS = {
@@ -128,8 +204,13 @@ def make_request(assignment: str, name: str, points: int, title: str | None = No
                             "function and turn its cells into a class by hand")
     if name in c.exercises() or name in c.contract:
         raise ScaffoldError(f"{name!r} is already an exercise of {assignment}")
-    taken = {meta.get("grade_id") for meta in _metas(c)}
     parsed = parse_tests(tests, points)
+    longest = max(len(f"{name}-{prop}-heading") for prop, _ in parsed)
+    if longest > CELL_ID_MAX - 3:  # room for a "-2" that keeps an id unique
+        fits = CELL_ID_MAX - 3 - longest + len(name)
+        raise ScaffoldError(f"{name!r} is too long: its cells' ids ({name.replace('_', '-')}-...-heading) would pass "
+                            f"nbformat's {CELL_ID_MAX} characters; a name of at most {fits} characters fits")
+    taken = {meta.get("grade_id") for meta in _metas(c)}
     clash = sorted(taken & {name, f"{name}_intro", *(f"{name}_{p}" for p, _ in parsed)})
     if clash:
         raise ScaffoldError(f"{assignment}'s notebook already has cells with grade_id {', '.join(clash)}")
@@ -221,8 +302,8 @@ def notebook_cells(r: Request, number: int, ids: set[str], declared: bool = Fals
         markdown("-intro", f"## {number}. {r.title} ({r.points} point{'s' * (r.points != 1)})\n\n"
                  f"(What `{r.name}` computes, its equation, and the shapes it takes and returns; raise `ValueError` "
                  "naming the shapes for bad arguments.)", _meta(f"{r.name}_intro")),
-        code("", f"def {r.name}{r.signature}:\n{_docstring(r, '    ')}    ### BEGIN SOLUTION\n"
-             f"    raise NotImplementedError(\"the notebook's answer of {r.name}, as a learner would write it\")\n"
+        code("", f"{_def_line(r.name, r.signature)}\n{_docstring(r, '    ')}    ### BEGIN SOLUTION\n"
+             + _raise(f"the notebook's answer of {r.name}, as a learner would write it", "    ") + "\n"
              "    ### END SOLUTION", _meta(r.name, solution=True)),
         markdown("-try", "**Try it.** (What the cell below runs.) Expected output:\n\n```text\n(its output)\n```"),
         code("-try-code", f"# {r.name}({call}) on a small example, printed"),
@@ -235,10 +316,11 @@ def notebook_cells(r: Request, number: int, ids: set[str], declared: bool = Fals
         cells.append(code(f"-{prop.replace('_', '-')}",
                           f"### BEGIN HIDDEN TESTS\nfrom autograder.checks import run_check\n\n"
                           f"run_check(\"{gid}\", {r.name})\n### END HIDDEN TESTS\n"
-                          f"raise NotImplementedError(\"write the visible check of {gid}\")  # attention_course."
-                          + ("testing:\n# assert_close(out, by_hand(*case), what, suspects=known."
-                             f"{r.name.upper()}.suspects(by_hand, *case)), expect_value_error(...)" if declared else
-                             "testing:\n# assert_close(..., suspects={...: ...}), expect_value_error(...)"),
+                          + _comment("attention_course.testing: " + (
+                              f"assert_close(out, by_hand(*case), what, suspects=known.{r.name.upper()}.suspects("
+                              "by_hand, *case)), expect_value_error(...)" if declared else
+                              "assert_close(..., suspects={...: ...}), expect_value_error(...)")) + "\n"
+                          + _raise(f"write the visible check of {gid}", ""),
                           _meta(gid, grade=True, points=pts)))
     return cells
 
@@ -313,26 +395,42 @@ def new_chapters(text: str, c: Chapter, name: str) -> str:
 # ---------------------------------------------------------------- solutions/<module>.py
 
 def new_solutions(text: str, c: Chapter, r: Request) -> str:
+    """``solutions/<module>.py`` with the reference stub of ``r`` after the chapter's last contract exercise, and
+    its name after that exercise's in ``__all__`` (on the same row if it fits, else the list one name a row)."""
+    last = c.contract[-1]
+    text = _listed_after(text, last, r.name)
     tree = ast.parse(text)
     lines = text.split("\n")
-    last = c.contract[-1]
     defined = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == last)
-    stub = (f"\n\ndef {r.name}{r.signature}:\n" + _docstring(r, "    ").replace('"""', 'r"""', 1)
-            + f"    raise NotImplementedError(\"the reference of {r.name}: write it in solutions/{c.module}.py\")")
+    stub = (f"\n\n{_def_line(r.name, r.signature)}\n" + _docstring(r, "    ").replace('"""', 'r"""', 1)
+            + _raise(f"the reference of {r.name}: write it in solutions/{c.module}.py", "    "))
     lines[defined.end_lineno:defined.end_lineno] = stub.split("\n")
+    return "\n".join(lines)
+
+
+def _listed_after(text: str, last: str, name: str) -> str:
+    """``text`` with ``name`` after ``last`` in its ``__all__``."""
+    tree = ast.parse(text)
+    lines = text.split("\n")
     listed = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+    names = [e.value for e in listed.value.elts]
+    names.insert(names.index(last) + 1, name)
     element = next(e for e in listed.value.elts if e.value == last)
     row = lines[element.lineno - 1]
-    comma = row.index(",", element.end_col_offset) + 1 if "," in row[element.end_col_offset:] else None
-    added = f' "{r.name}",'
-    if comma is not None and len(row) + len(added) <= WIDTH:
-        lines[element.lineno - 1] = row[:comma] + added + row[comma:]
-    else:
-        indent = re.match(r"\s*", row)[0]
-        if comma is None:
-            lines[element.lineno - 1] = row[:element.end_col_offset] + "," + row[element.end_col_offset:]
-        lines.insert(element.lineno, f'{indent}"{r.name}",')
-    return "\n".join(lines)
+    rest = row[element.end_col_offset:]
+    if "," in rest.split("]")[0]:  # a comma follows it on this row: the new name goes after the comma
+        at = element.end_col_offset + rest.index(",") + 1
+        candidate = row[:at] + f' "{name}",' + row[at:]
+    else:  # the last name of the list, closed on this row (a one-line __all__, say): the new one after it
+        candidate = row[:element.end_col_offset] + f', "{name}"' + row[element.end_col_offset:]
+    if len(candidate) <= WIDTH:
+        lines[element.lineno - 1] = candidate
+        return "\n".join(lines)
+    # too long for its row: the whole list, one name a row, as ruff formats a long list
+    start, end = listed.value.lineno - 1, listed.value.end_lineno - 1
+    prefix, suffix = lines[start][:listed.value.col_offset], lines[end][listed.value.end_col_offset:]
+    block = [prefix + "["] + [f'    "{n}",' for n in names] + ["]" + suffix]
+    return "\n".join(lines[:start] + block + lines[end + 1:])
 
 
 # ---------------------------------------------------------------- checks, judges, catalogue
@@ -367,7 +465,8 @@ def checks_section(r: Request) -> str:
         doing = ("every case must raise ValueError" if prop == "errors"
                  else "each case an argument tuple built from fixed seeds")
         parts.append(f"\n{_constant(r, prop)} = declare(Check(\"{gid}\", [\n"
-                     f"    # ({call}{',' * (len(_arguments(r.signature)) == 1)}): {doing}\n]))")
+                     + _comment(f"({call}{',' * (len(_arguments(r.signature)) == 1)}): {doing}", "    ")
+                     + "\n]))")
     return "".join(parts) + "\n"
 
 
@@ -380,7 +479,7 @@ def judges_section(r: Request, declared: bool = False) -> str:
                       for a, t in arguments)
     fn = f"_{r.name}"
     parts = [f"\n\n# ================================================================ {r.name}\n\n"
-             f"def {fn}_what({params}) -> str:\n    return f\"{r.name}({shown})\"\n\n\n"]
+             f"def {fn}_what({params}) -> str:\n    return {_fstring(f'{r.name}({shown})', len('    return '))}\n\n\n"]
     if declared:
         parts.append(f"{fn}_suspects = declared(known.{r.name.upper()}, ref.{r.name})\n\n")
     else:
@@ -403,13 +502,16 @@ def mistakes_section(r: Request) -> str:
     """A declared chapter's new group of mistakes, empty, and the words its bad calls' ValueErrors must say."""
     call = ", ".join(a for a, _ in _arguments(r.signature))
     parts = [f"\n\n# ================================================================ {r.name}\n"
-             f"# Cases: ({call}{',' * (len(_arguments(r.signature)) == 1)}). right({call}) is the right answer.\n\n"
+             + _comment(f"Cases: ({call}{',' * (len(_arguments(r.signature)) == 1)}). right({call}) is the right "
+                        "answer.") + "\n\n"
              f"{r.name.upper()} = Mistakes([\n"
-             f"    # KnownMistake(name, message, lambda right, {call}: what the mistake gives, from torch and right)\n"
-             f"])\n"]
+             + _comment(f"KnownMistake(name, message, lambda right, {call}: what the mistake gives, from torch and "
+                        "right)", "    ") + "\n"
+             "])\n"]
     if any(p == "errors" for p, _ in r.tests):
-        parts.append(f"\n#: Per case of {r.name}_errors, in order: (what the call is, (words its ValueError must "
-                     f"mention, ...)).\n{_constant(r, 'refused')} = [\n]\n")
+        parts.append("\n" + _comment(f"Per case of {r.name}_errors, in order: (what the call is, (words its "
+                                      "ValueError must mention, ...)).", mark="#:")
+                     + f"\n{_constant(r, 'refused')} = [\n]\n")
     return "".join(parts)
 
 
@@ -422,9 +524,22 @@ def _ensure_imported(text: str, module: str, names: list[str]) -> str:
     return _add_imports(text, module, missing) if missing else text
 
 
+def _formatted(code: str) -> str:
+    """``code`` as it is when every line fits WIDTH; else as ``ruff format`` writes it (a long name's lines
+    wrapped), keeping the two blank lines before it (``code`` as it is where ruff is not beside this Python)."""
+    ruff = Path(sys.executable).parent / "ruff"
+    if all(len(line) <= WIDTH for line in code.split("\n")) or not ruff.exists():
+        return code
+    done = subprocess.run([str(ruff), "format", "--line-length", str(WIDTH), "--stdin-filename", "section.py", "-"],
+                          input=code, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        return code
+    return "\n\n" + done.stdout if code.startswith("\n\n") else done.stdout
+
+
 def new_checks(text: str, c: Chapter, r: Request) -> str:
     text = _ensure_imported(text, "autograder.checks.core", ["Check", "declare"])
-    return text.rstrip("\n") + "\n" + checks_section(r)
+    return text.rstrip("\n") + "\n" + _formatted(checks_section(r))
 
 
 def new_judges(text: str, c: Chapter, r: Request) -> str:
@@ -439,29 +554,29 @@ def new_judges(text: str, c: Chapter, r: Request) -> str:
     if declared and f"from attention_course.mistakes import {c.module} as known" not in text:
         raise ScaffoldError(f"autograder/judges/{c.module}.py does not import its chapter's declared mistakes, "
                             f"`from attention_course.mistakes import {c.module} as known`")
-    return text.rstrip("\n") + "\n" + judges_section(r, declared)
+    return text.rstrip("\n") + "\n" + _formatted(judges_section(r, declared))
 
 
 def new_mistakes(text: str, c: Chapter, r: Request) -> str:
     text = _ensure_imported(text, "attention_course.testing", ["KnownMistake", "Mistakes"])
-    return text.rstrip("\n") + "\n" + mistakes_section(r)
+    return text.rstrip("\n") + "\n" + _formatted(mistakes_section(r))
 
 
 def new_catalogue(text: str, c: Chapter, r: Request) -> str:
     call = ", ".join(a for a, _ in _arguments(r.signature))
     cell = f"{r.name}_{r.tests[0][0]}"
-    return text.rstrip("\n") + "\n" + textwrap.dedent(f"""
-        # ================================================================ {r.name}
-        # Write, as a learner would, at least one wrong answer of {r.name} and one correct alternative, and add them
-        # to WRONG and CORRECT (tests/test_catalogue.py fails until both exist):
-        #
-        #     def {r.name}_<mistake>({call}):
+    head = _comment(f"Write, as a learner would, at least one wrong answer of {r.name} and one correct "
+                    "alternative, and add them to WRONG and CORRECT (tests/test_catalogue.py fails until both exist):")
+    return (text.rstrip("\n") + f"\n\n# ================================================================ {r.name}\n"
+            + head + "\n#\n" + _def_line(f"{r.name}_<mistake>", f"({call})", "#     ") + textwrap.dedent(f"""
         #         ...  # the mistake
         #
-        #     Entry("{r.name}", "<what the learner did>", {r.name}_<mistake>, "<the Suspect's name>",
+        #     Entry("{r.name}", "<what the learner did>",
+        #           {r.name}_<mistake>, "<the Suspect's name>",
         #           "{cell}"),  # in WRONG
-        #     Entry("{r.name}", "<how it is written>", {r.name}_<alternative>),  # in CORRECT
-        """)
+        #     Entry("{r.name}", "<how it is written>",
+        #           {r.name}_<alternative>),  # in CORRECT
+        """))
 
 
 # ---------------------------------------------------------------- the tables

@@ -4,7 +4,7 @@
 
 For each wrong answer: the name it must be given and the cell that owns it, then what the hidden checks say and
 what the visible checks alone say (the release's test cells). ``ok`` when the owner cell names the mistake, the
-visible checks name it (or the entry says why they cannot, ``hidden_only``), and no cell names another mistake.
+visible checks name it, and no cell names another mistake.
 For correct answers, any cell that fails. Without an assignment, every chapter, then the total.
 
 The hidden checks judge an entry as ``tests/test_catalogue.py`` does, in this process, as nbgrader's kernel would:
@@ -53,8 +53,8 @@ def status(assignment: str, show_all: bool) -> tuple[int, int, int]:
         own = [m for g, m in visible.items() if exercise_of(g, exercises) == entry.target]
         seen = any(mistake_name(m) == entry.name for m in own)
         named_visibly += seen
-        if not visible and not entry.hidden_only:
-            issues.append("passes every visible check, and declares no hidden_only note")
+        if not visible:
+            issues.append(f"passes every visible check: add one to the test cell {entry.cell} that fails it")
         elif not seen:
             issues.append("visible checks do not name it: " + (" | ".join(own) or "no visible cell of it fails"))
         problems += bool(issues)

@@ -202,13 +202,48 @@ def _write_by_hand(copy: Path) -> None:
     catalogue.write_text(text[:at].rstrip("\n") + functions + "\n" + text[at:], encoding="utf-8")
 
 
-def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
-    copy = tmp_path / "repo"
+def _copy_repository(copy: Path) -> Path:
+    """The repository's tracked files, copied to ``copy``."""
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
     for name in tracked.decode().split("\0"):
         if name and (REPO_ROOT / name).is_file():
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO_ROOT / name, copy / name)
+    return copy
+
+
+def test_the_scaffold_writes_lint_clean_code_for_long_words_and_a_one_line_all(tmp_path) -> None:
+    """A long signature, title and return text, a name near nbformat's limit for cell ids, and the reference's
+    ``__all__`` written on one line: what the scaffold writes passes ruff (``make chapter`` lints the chapter's
+    own files), and the new name is exported."""
+    copy = _copy_repository(tmp_path / "repo")
+    reference = copy / f"solutions/{MODULE}.py"
+    text = reference.read_text(encoding="utf-8")
+    listed = re.search(r"^__all__ = \[(.*?)\]", text, re.M | re.S)
+    names = re.findall(r'"(\w+)"', listed[1])
+    one_line = "__all__ = [" + ", ".join(f'"{n}"' for n in names) + "]"
+    assert len(one_line) > 120, "the one-line __all__ must be too long for its row, as a contributor's may become"
+    reference.write_text(text.replace(listed[0], one_line), encoding="utf-8")
+    name = "relative_distance_of_each_query_to_each_key"
+    _run(copy, "-m", "autograder", "new-exercise", ASSIGNMENT, name, "--points", "3", "--tests",
+         "values:1,errors:1,contract:1", "--title", "Relative distances between every query and every key position",
+         "--signature", "(T: int, max_distance: int | None = None, clip_to_the_largest_distance: bool = False) -> "
+         "Tensor", "--returns", "`(T, T)`: key minus query, clipped to the largest distance when asked, for every "
+         "pair of positions of the table")
+    owned = _run(copy, "-m", "autograder.chapters", ASSIGNMENT).split()
+    assert f"solutions/{MODULE}.py" in owned and SOURCE in owned, owned
+    linted = subprocess.run([str(Path(sys.executable).parent / "ruff"), "check", "--no-cache", *owned], cwd=copy,
+                            capture_output=True, text=True, timeout=120)
+    assert linted.returncode == 0, linted.stdout[-4000:]
+    exported = _run(copy, "-c", f"import solutions.{MODULE} as m; print(m.__all__)")
+    assert f"'{name}'" in exported and exported.index("'alibi_bias'") < exported.index(f"'{name}'"), exported
+    too_long = "relative_distance_of_each_query_to_each_key_in_the_table_"
+    refused = _run(copy, "-m", "autograder", "new-exercise", ASSIGNMENT, too_long, "--points", "2", ok=False)
+    assert "is too long: its cells' ids" in refused, refused
+
+
+def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
+    copy = _copy_repository(tmp_path / "repo")
     where = _run(copy, "-c", "import attention_course, autograder, solutions, autograder.scaffold; "
                  "print(autograder.__file__, solutions.__file__, attention_course.__file__)")
     assert all(Path(p).is_relative_to(copy) for p in where.split()), f"not the copy's packages: {where}"

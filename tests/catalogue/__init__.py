@@ -15,14 +15,12 @@ class Entry:
     - ``name``: the mistake's short name, exactly as a failing check ends its message, ``"... (name)"``
       (:func:`attention_course.testing.mistake_name` reads it; the feedback and the class report show it).
     - ``cell``: the ``grade_id`` of the test cell that owns the property the answer breaks. Graded, that cell
-      must fail with ``name``. The visible checks must give ``name`` too, in one of the exercise's cells,
-      unless ``hidden_only`` says why they cannot.
+      must fail with ``name``. The visible checks must fail it too, and give ``name`` in one of the exercise's
+      cells (a mistake they cannot catch is a visible check to add, not an exception).
     - ``also``: other names this answer may rightly be given, in other cells (expected secondary effects).
       Any other name, in any cell, graded or visible, is a false accusation and fails the catalogue.
-    - ``hidden_only``: for a mistake that no visible check can catch, words of the exercise notebook's own
-      note telling the learner that a hidden check covers it; the words must appear in the notebook.
 
-    Correct answers leave all four empty.
+    Correct answers leave all three empty.
     """
 
     target: str
@@ -31,4 +29,3 @@ class Entry:
     name: str = ""
     cell: str = ""
     also: tuple[str, ...] = field(default=())
-    hidden_only: str = ""
