@@ -52,6 +52,7 @@ GROUP_SECONDS = {
     "catalogue-01_self_attention": 77, "test_install_places.py": 77, "catalogue-05_positional_encoding": 73,
     "catalogue-03_cross_attention": 64, "catalogue-08_trained_attention": 58, "test_reference_gpt.py": 37,
     "test_training.py": 34, "test_probe_fuzz.py": 28,
+    "test_jupyterlab.py": 160,  # added at e706a7e (the term's commands), estimated from its runs alone
 }
 
 
