@@ -1,24 +1,26 @@
 """Judges of Chapter 4 (``04_multi_head``), against :mod:`solutions.multi_head`.
 
 Every check id is the ``grade_id`` of the test cell that runs it; its cases
-and probe are in :mod:`autograder.checks.multi_head`. Each ``Suspect``
-recomputes, on the same inputs, what one plausible mistake would return, so
-that a failing learner is told which mistake it looks like.
+and probe are in :mod:`autograder.checks.multi_head`. Every named mistake
+is declared once, in :mod:`attention_course.mistakes.multi_head`, which the
+visible checks use too: the judges pass the reference as ``right``
+(``declared(known.GROUP, reference)``) and raise the value-free ones with
+``mistake(known.NAME, what, **fields)``.
 
 The judges compare with :func:`_mha`, which computes multi-head attention
-from the seeded weights the probes load and can be told to make one mistake
-at a time.
+from the seeded weights the probes load.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import functools
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attention_course.mistakes import multi_head as known
 from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, NO_VALUE_ERROR
 from autograder.checks.core import Check, Mistake, Observations, Raised, seeded
 from autograder.checks.multi_head import (
@@ -50,11 +52,13 @@ from autograder.checks.multi_head import (
 from autograder.judges.core import (
     Compare,
     Suspect,
+    declared,
     judge,
     judge_answers,
     judge_tensor,
     judge_value_error,
     matching_suspect,
+    mistake,
     register,
     type_name,
     value_errors,
@@ -66,14 +70,13 @@ from solutions.self_attention import scaled_dot_product_attention as attend
 def _raised(raised: Raised, what: str, *case: Any) -> Mistake:
     """The Mistake of a call that raised ``raised``: what it raised, and what that most likely means (also the
     ``crashed`` of the declared checks, whose case it ignores)."""
-    hint, name = "", None
     if "view size is not compatible" in raised.message:
-        hint, name = (" — `.view` needs a contiguous tensor, and a transposed one is not: call `.contiguous()` "
-                      "before `.view(...)`, or use `.reshape(...)`", "view of a non-contiguous tensor")
-    elif "mat1 and mat2 shapes cannot be multiplied" in raised.message:
+        return mistake(known.VIEW_NOT_CONTIGUOUS, raised=f"{what} {raised.describe()}")
+    hint = ""
+    if "mat1 and mat2 shapes cannot be multiplied" in raised.message:
         hint = (" — w_o expects d_model features per position: check that merge_heads returns "
                 "(B, T, n_heads · d_head), and that the heads come from split_heads")
-    return Mistake(f"{what} {raised.describe()}{hint}", name)
+    return Mistake(f"{what} {raised.describe()}{hint}")
 
 
 def _judge_shape(got: Any, reference: Tensor, what: str, suspects: list[Suspect], hint: str, atol: float = 1e-5,
@@ -105,22 +108,7 @@ def _judge_shape(got: Any, reference: Tensor, what: str, suspects: list[Suspect]
 
 # ================================================================ split_heads
 
-def _split_suspects(x: Tensor, n: int) -> list[Suspect]:
-    b, t, d_model = x.shape
-    d = d_model // n
-    return [
-        Suspect("the heads are a plain view of x as (B, n_heads, T, d_head), which cuts the memory of the "
-                "sequence into n_heads pieces instead of cutting each token's features — view as (B, T, n_heads, "
-                "d_head), then transpose(1, 2)", "view without transpose", lambda: x.reshape(b, n, t, d)),
-        Suspect("it stops at (B, T, n_heads, d_head): move the head axis in front of T with transpose(1, 2)",
-                "missing transpose", lambda: x.reshape(b, t, n, d)),
-        Suspect("head h got the features h, h + n_heads, h + 2·n_heads, ... — it must get the block "
-                "h·d_head .. (h+1)·d_head - 1: view as (B, T, n_heads, d_head), not (B, T, d_head, n_heads)",
-                "features interleaved across heads", lambda: x.reshape(b, t, d, n).permute(0, 3, 1, 2)),
-        Suspect("it cuts the positions T into n_heads groups — every head sees every position, with its own "
-                "d_head = d_model / n_heads features: split the last axis", "heads split on the wrong axis",
-                lambda: x.reshape(b, n, t // n, d_model) if t % n == 0 else None),
-    ]
+_split_suspects = declared(known.SPLIT, ref.split_heads)
 
 
 def _split_call(x: Tensor, n: int) -> str:
@@ -138,27 +126,7 @@ register(SPLIT_ERRORS.id, value_errors(SPLIT_ERRORS, [
 
 # ================================================================ merge_heads
 
-def _merge_suspects(h: Tensor) -> list[Suspect]:
-    b, n, t, d = h.shape
-    return [
-        Suspect("it reshapes (B, n_heads, T, d_head) straight to (B, T, n_heads·d_head), which mixes positions "
-                "and heads — transpose(1, 2) back to (B, T, n_heads, d_head) first",
-                "merged without transposing back", lambda: h.reshape(b, t, n * d)),
-        Suspect("the features come out interleaved (feature j of every head, then feature j + 1, ...) — head h "
-                "must fill the block h·d_head .. (h+1)·d_head - 1: go through (B, T, n_heads, d_head), not "
-                "(B, T, d_head, n_heads)", "features interleaved across heads",
-                lambda: h.permute(0, 2, 3, 1).reshape(b, t, n * d)),
-        Suspect("the heads are stacked along the positions, giving n_heads·T rows — concatenate them along the "
-                "features, the last axis", "heads concatenated along the positions", lambda: h.reshape(b, n * t, d)),
-        Suspect("it stops at (B, T, n_heads, d_head): flatten the last two axes into n_heads·d_head features",
-                "heads not flattened", lambda: h.transpose(1, 2)),
-        Suspect("the heads are added up, leaving d_head features per position — each head's output is "
-                "T × d_head and only their concatenation is T × d_model", "heads summed instead of concatenated",
-                lambda: h.sum(dim=1)),
-        Suspect("the heads are averaged, leaving d_head features per position — each head's output is "
-                "T × d_head and only their concatenation is T × d_model",
-                "heads averaged instead of concatenated", lambda: h.mean(dim=1)),
-    ]
+_merge_suspects = declared(known.MERGE, ref.merge_heads)
 
 
 def _merge_call(h: Tensor) -> str:
@@ -169,7 +137,8 @@ _MERGE_HINT = "head h fills the features h·d_head .. (h+1)·d_head - 1 of every
 judge(Compare(MERGE_VALUES, ref.merge_heads, _merge_call, _merge_suspects, hint=_MERGE_HINT, crashed=_raised))
 judge(Compare(MERGE_ROUNDTRIP, lambda x, n: x,
               lambda x, n: f"merge_heads(split_heads(x {tuple(x.shape)}, {n})), which should give x back,",
-              lambda x, n: _merge_suspects(ref.split_heads(x, n)), hint=_MERGE_HINT, crashed=_raised))
+              declared(known.MERGE, ref.merge_heads, case=lambda x, n: (ref.split_heads(x, n),)), hint=_MERGE_HINT,
+              crashed=_raised))
 
 
 def _judge_merge_errors(obs: Observations) -> None:
@@ -187,91 +156,21 @@ register("merge_heads_errors", _judge_merge_errors)
 
 # ================================================================ MultiHeadAttention: reference and mistakes
 
-def _with_head_axis(mask: Tensor) -> Tensor:
-    return mask.unsqueeze(-3)
-
-
-def _mha(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int, mask: Tensor | None = None, *,
-         place_mask: Callable[[Tensor], Tensor | None] = _with_head_axis, split: Callable = ref.split_heads,
-         merge: Callable = ref.merge_heads, q_scale: float = 1.0, values: str = "w_v", value_input: str = "value",
-         use_bias: bool = True, use_wo: bool = True, average: bool = False) -> tuple[Tensor, Tensor]:
-    """Multi-head attention from ``p``; each keyword makes one mistake."""
+def _mha(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int,
+         mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Multi-head attention from ``p``: (out, weights per head)."""
     def linear(x: Tensor, name: str) -> Tensor:
         w, b = p[name]
         y = x @ w.to(x.dtype).T
-        return y + b.to(x.dtype) if b is not None and use_bias else y
+        return y + b.to(x.dtype) if b is not None else y
 
-    q = split(linear(query, "w_q"), n) * q_scale
-    k = split(linear(key, "w_k"), n)
-    v = split(linear(value if value_input == "value" else key, values), n)
-    heads, weights = attend(q, k, v, None if mask is None else place_mask(mask))
-    merged = merge(heads)
-    out = linear(merged, "w_o") if use_wo else merged
-    return out, weights.mean(dim=1) if average else weights
+    q, k, v = (ref.split_heads(linear(t, name), n) for t, name in ((query, "w_q"), (key, "w_k"), (value, "w_v")))
+    heads, weights = attend(q, k, v, None if mask is None else mask.unsqueeze(-3))
+    return linear(ref.merge_heads(heads), "w_o"), weights
 
 
-def _scrambled_split(x: Tensor, n: int) -> Tensor:
-    b, t, d_model = x.shape
-    return x.reshape(b, n, t, d_model // n)
-
-
-def _scrambled_merge(h: Tensor) -> Tensor:
-    b, n, t, d = h.shape
-    return h.reshape(b, t, n * d)
-
-
-def _single_head(p: Params, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    out, weights = _mha(p, query, key, value, 1, mask)
-    return out, weights[:, 0]
-
-
-def _mha_mistakes(p: Params, query: Tensor, key: Tensor, value: Tensor, n: int,
-                  mask: Tensor | None) -> list[Suspect]:
-    """The plausible mistakes: each one's ``produce()`` returns its (out, weights)."""
-    d_model = query.shape[-1]
-    run = lambda **mistake: _mha(p, query, key, value, n, mask, **mistake)  # noqa: E731
-    mistakes = [
-        Suspect("the concatenated heads are returned without the output projection — out = w_o(merge_heads(heads))",
-                "no output projection w_o", lambda: run(use_wo=False)),
-        Suspect(f"the scores are divided by √d_model = √{d_model} — each head compares vectors of d_head = "
-                f"{d_model // n} features, so divide by √d_head", "scaled by √d_model instead of √d_head",
-                lambda: run(q_scale=math.sqrt(1 / n))),
-        Suspect("the values are made with w_k — v = w_v(value)", "w_k used for the values", lambda: run(values="w_k")),
-        Suspect("the values are projected from `key` — v = w_v(value)", "values taken from key instead of value",
-                lambda: run(value_input="key")),
-        Suspect("the projections' biases are left out — call the nn.Linear layers themselves, or pass their bias",
-                "projection biases left out", lambda: run(use_bias=False)),
-        Suspect("the weights are averaged over the heads — return one attention matrix per head, "
-                "(B, n_heads, T_q, T_k)", "weights averaged over heads", lambda: run(average=True)),
-        Suspect("q, k and v are viewed as (B, n_heads, T, d_head) without a transpose, which scrambles positions and "
-                "heads — split with split_heads", "view without transpose", lambda: run(split=_scrambled_split)),
-        Suspect("the heads are merged by a reshape without transposing back, which mixes positions and heads — merge "
-                "with merge_heads", "merged without transposing back", lambda: run(merge=_scrambled_merge)),
-        Suspect("it attends with a single head of width d_model — split q, k and v into n_heads heads of d_head "
-                "features", "heads not split", lambda: _single_head(p, query, key, value, mask)),
-    ]
-    if mask is not None:
-        last = "unsqueeze(-1), the same as unsqueeze(2) for a 2-D mask" if mask.dim() == 2 else "unsqueeze(-1)"
-        mistakes += [
-            Suspect("the mask is not passed on to the attention: masked keys still get weight", "mask ignored",
-                    lambda: run(place_mask=lambda m: None)),
-            Suspect("the mask is inverted: True means 'may attend'", "inverted mask",
-                    lambda: run(place_mask=lambda m: ~m.unsqueeze(-3))),
-            Suspect(f"the mask was given its new axis at the end ({last}), so its axes no longer line up with the "
-                    f"scores (B, n_heads, T_q, T_k) — add the head axis in front of T_q: mask.unsqueeze(-3) turns "
-                    f"(B, T_q, T_k) into (B, 1, T_q, T_k) and leaves a (T_q, T_k) mask as it is",
-                    "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(-1))),
-            Suspect("the mask was given its new axis at dim 2 (unsqueeze(2)), so the queries' axis lines up with the "
-                    "heads — add the head axis in front of T_q: mask.unsqueeze(-3)",
-                    "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(2))),
-        ]
-        if mask.dim() == 2:
-            mistakes.append(
-                Suspect("a (T_q, T_k) mask was given its new axis at dim 1, between T_q and T_k, so its rows line up "
-                        "with the heads — a 2-D mask broadcasts as it is; mask.unsqueeze(-3) adds the head axis in "
-                        "front of T_q whatever the mask's rank",
-                        "mask broadcast onto the wrong axis", lambda: run(place_mask=lambda m: m.unsqueeze(1))))
-    return mistakes
+#: The plausible mistakes of a case (params, query, key, value, n_heads, mask): each one's (out, weights).
+_mha_mistakes = declared(known.MULTI_HEAD, attend)
 
 
 def _describe(d_model: int, n: int, query: Tensor, key: Tensor, mask: Tensor | None, bias: bool = True) -> str:
@@ -299,8 +198,7 @@ def _judge_without_nan(got: Any, expected: Tensor, what: str, suspects: list[Sus
     """The ``compare`` of the value checks: :func:`judge_tensor`, after NaN where the reference has none, which
     a fully masked row gives."""
     if isinstance(got, Tensor) and torch.isnan(got).any() and not torch.isnan(expected).any():
-        raise Mistake(f"{what} contain NaN: a query whose keys are all masked must get all-zero weights (softmax "
-                      f"of a row of -inf is 0/0) — the given `attention` does that", "NaN on fully masked rows")
+        raise mistake(known.NAN_ROWS, f"{what} contain NaN")
     judge_tensor(got, expected, what, suspects, hint, atol, rtol)
 
 
@@ -316,8 +214,7 @@ def _judge_projections(obs: Observations) -> None:
         for name in NAMES:
             facts = obs[label][name]
             if name == "w_o" and facts["type"] == "NoneType":
-                raise Mistake(f"{call} has no `w_o` — the concatenated heads are projected back with "
-                              f"w_o = nn.Linear(d_model, d_model)", "no output projection w_o")
+                raise mistake(known.NO_W_O, call=call)
             if facts["type"] != "Linear":
                 raise Mistake(f"{call}.{name} should be an nn.Linear, got {facts['type']}")
             if facts["weight"] != (24, 24):
@@ -325,8 +222,7 @@ def _judge_projections(obs: Observations) -> None:
                               f"24 -> 24: every projection is d_model -> d_model, the heads share it in blocks of "
                               f"d_head = 6 rows")
             if facts["bias"] != bias:
-                raise Mistake(f"{call}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
-                              f"nn.Linear", "bias argument ignored")
+                raise mistake(known.BIAS_IGNORED, call=call, name=name, have="have" if bias else "have no")
 
 
 def _judge_shapes(obs: Observations) -> None:
@@ -356,30 +252,39 @@ def _mha_arguments(d_model: int, n: int, bias: bool, query: Tensor, key: Tensor 
     return _params(d_model, seed, bias), *_inputs(query, key, value), n, mask
 
 
-def _values(check: Check, others_ran: bool = False) -> Compare:
-    """The judge of a value check of MultiHeadAttention. ``others_ran``: some case of the check did not crash,
-    and so passed (a crash is judged after every case that ran): a crash on a (T_q, T_k) mask alone is then
-    the head axis put where a 2-D mask cannot take it."""
-    def crashed(raised: Raised, what: str, *case: Any) -> Mistake:
-        mask = case[6]
-        if others_ran and mask is not None and mask.dim() == 2:
-            return Mistake(f"{what} {raised.describe()} — a (T_q, T_k) mask must work as it is: add the head axis "
-                           f"in front of T_q with mask.unsqueeze(-3), which suits (T_q, T_k), (B, 1, T_k) and "
-                           f"(B, T_q, T_k) masks alike", "mask broadcast onto the wrong axis")
-        return _raised(raised, what)
+def _crashed_values(others_ran: bool, raised: Raised, what: str, *case: Any) -> Mistake:
+    """The Mistake of a value case that crashed. ``others_ran``: some case of the check did not crash, and so passed
+    (a crash is judged after every case that ran): a crash on a (T_q, T_k) mask alone is then the head axis put
+    where a 2-D mask cannot take it."""
+    mask = case[6]
+    if others_ran and mask is not None and mask.dim() == 2:
+        return mistake(known.MASK_CRASHED, raised=f"{what} {raised.describe()}")
+    return _raised(raised, what)
 
-    return Compare(
+
+@dataclass(frozen=True)
+class _Values(Compare):
+    """The judge of a value check of MultiHeadAttention: a :class:`Compare` whose ``crashed`` is told whether some
+    case of the record ran."""
+
+    def __call__(self, obs: Observations) -> None:
+        others_ran = any(not isinstance(r, Raised) for r in obs[self.check.key])
+        Compare.__call__(replace(self, crashed=functools.partial(_crashed_values, others_ran)), obs)
+
+
+def _values(check: Check) -> Compare:
+    return _Values(
         check, lambda *case: _mha(*_mha_arguments(*case)),
         lambda d_model, n, bias, query, key, value, mask, seed: _describe(d_model, n, query,
                                                                           _inputs(query, key, value)[1], mask, bias),
-        lambda *case: _mha_mistakes(*_mha_arguments(*case)),
+        declared(known.MULTI_HEAD, attend, case=_mha_arguments),
         lambda *case: "head h attends with features h·d_head .. (h+1)·d_head - 1 of q, k and v; out is w_o of the "
         "merged heads" + ("" if case[6] is None else "; the same mask for every head, True = may attend"),
-        parts=_WEIGHTS_THEN_OUTPUT, guard=_pair, crashed=crashed, compare=_judge_without_nan)
+        parts=_WEIGHTS_THEN_OUTPUT, guard=_pair, compare=_judge_without_nan)
 
 
-judge(_values(MHA_FORWARD))  # no mask: no crash of its is told by the others
-register(MHA_MASK.id, lambda obs: _values(MHA_MASK, any(not isinstance(r, Raised) for r in obs[MHA_MASK.key]))(obs))
+judge(_values(MHA_FORWARD))  # no mask: its crashes are what they raised
+judge(_values(MHA_MASK))
 
 
 # ================================================================ MultiHeadAttention: nn.MultiheadAttention
@@ -408,8 +313,8 @@ judge(Compare(
     MHA_TORCH, _torch_reference,
     lambda d_model, n, query, key, value, mask, _: _describe(d_model, n, query, _inputs(query, key, value)[1], mask)
     + " compared with nn.MultiheadAttention",
-    lambda d_model, n, query, key, value, mask, _: _mha_mistakes(_params(d_model, TORCH_SEED, bias=True),
-                                                                 *_inputs(query, key, value), n, mask),
+    declared(known.MULTI_HEAD, attend, case=lambda d_model, n, query, key, value, mask, _: (
+        _params(d_model, TORCH_SEED, bias=True), *_inputs(query, key, value), n, mask)),
     hint="nn.MultiheadAttention splits w_q, w_k, w_v into heads of d_head rows and ends with out_proj = w_o",
     parts=_WEIGHTS_THEN_OUTPUT, guard=_pair, crashed=_raised, compare=_judge_without_nan))
 
@@ -435,14 +340,10 @@ def _judge_heads(obs: Observations) -> None:
     rows = f"{_CHANGED_HEAD * d}..{(_CHANGED_HEAD + 1) * d - 1}"
     suspect = matching_suspect(before, mistakes, 1e-5, 1e-4)
     if not changed:
-        raise Mistake(f"{what}: changing the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed no head's "
-                      f"weights — are the queries made with w_q?", "w_q not used")
-    raise Mistake(
-        f"{what}: changing only the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed the weights of "
-        f"heads {changed}, expected head {_CHANGED_HEAD} alone — "
-        + (suspect.message if suspect else "head h must use only the features h·d_head .. (h+1)·d_head - 1 of q, "
-           "k and v: view as (B, T, n_heads, d_head), then transpose(1, 2)"),
-        suspect.name if suspect else "heads mixed")
+        raise mistake(known.W_Q_NOT_USED, what, rows=rows, head=_CHANGED_HEAD)
+    said, name = (suspect.message, suspect.name) if suspect else (known.HEADS_MIXED.text(), known.HEADS_MIXED.name)
+    raise Mistake(f"{what}: changing only the rows {rows} of w_q (head {_CHANGED_HEAD}'s queries) changed the weights "
+                  f"of heads {changed}, expected head {_CHANGED_HEAD} alone — {said}", name)
 
 
 register("MultiHeadAttention_head_independence", _judge_heads)
@@ -468,39 +369,28 @@ def _judge_dropout(obs: Observations) -> None:
     out, weights = _tensors(obs["none"], f"MultiHeadAttention({d_model}, {n}, dropout=0.0) on x {tuple(x.shape)}")
 
     eval_out, eval_weights = _tensors(obs["eval"], f"{call} in eval mode", (out, weights))
-    eval_mistake = ("dropout acts only in training mode: use an nn.Dropout module, or "
-                    "F.dropout(..., training=self.training)")
     if ((eval_weights == 0) & (weights != 0)).any():
-        raise Mistake(f"{call} in eval mode zeroes some attention weights — {eval_mistake}",
-                      "dropout applied in eval mode")
+        raise mistake(known.EVAL_DROPOUT, call=call, found="zeroes some attention weights")
     if not torch.allclose(eval_out, out, atol=1e-5, rtol=1e-4, equal_nan=True):
-        raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0 — {eval_mistake}",
-                      "dropout applied in eval mode")
+        raise mistake(known.EVAL_DROPOUT, call=call, found="gives another output than with dropout=0.0")
 
     what = f"{call} in training mode"
     train_out, train_weights = _tensors(obs["train"], what, (out, weights))
     if tuple(weights.shape) != (x.shape[0], n, x.shape[1], x.shape[1]):  # the shape checks name that mistake
         if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
-            raise Mistake(f"{what}: the output is the output without dropout — apply nn.Dropout(dropout) to the "
-                          f"attention weights in forward", "dropout ignored")
+            raise mistake(known.OUTPUT_WITHOUT_DROPOUT, what)
         return
     kept = train_weights != 0
     dropped = (~kept & (weights != 0)).float().mean().item()
     if dropped == 0.0:
         zeroed = ((train_out == 0) & (out != 0)).float().mean().item()
         if zeroed > 0.2:
-            raise Mistake(f"{what}: the weights are all kept but {zeroed:.0%} of the output is zero — dropout "
-                          f"belongs on the attention weights, before they multiply v",
-                          "dropout on the output instead of the weights")
+            raise mistake(known.DROPOUT_ON_OUTPUT, what, zeroed=zeroed)
         if torch.allclose(train_out, out, atol=1e-5, rtol=1e-4):
-            raise Mistake(f"{what}: no attention weight was dropped — apply nn.Dropout(dropout) to the weights "
-                          f"in forward", "dropout ignored")
-        raise Mistake(f"{what}: the returned weights show no dropout, but the output is not the output without "
-                      f"dropout — return the weights after dropout, the ones that multiplied v, as "
-                      f"nn.MultiheadAttention does", "weights returned before dropout")
+            raise mistake(known.NOTHING_DROPPED, what)
+        raise mistake(known.WEIGHTS_BEFORE_DROPOUT, what)
     if not 0.25 < dropped < 0.75:
-        raise Mistake(f"{what}: {dropped:.0%} of the weights were dropped, expected about {p_drop:.0%} — pass "
-                      f"`dropout` as the probability of dropping", "dropout probability wrong")
+        raise mistake(known.DROPOUT_PROBABILITY, what, dropped=dropped, p=p_drop)
     judge_tensor(train_weights[kept], weights[kept] / (1 - p_drop), f"the weights that {what} kept",
                  hint=f"dropout scales the kept weights by 1 / (1 - p) = {1 / (1 - p_drop):g}; nn.Dropout does that")
     params = _params(d_model, seed, bias=True)
@@ -510,8 +400,8 @@ def _judge_dropout(obs: Observations) -> None:
         v = ref.split_heads(x @ params["w_v"][0].T + params["w_v"][1], n)
         expected = ref.merge_heads(train_weights @ v) @ params["w_o"][0].T + params["w_o"][1]
         judge_tensor(train_out, expected, f"the output of {what}, compared with w_o(merge_heads(weights @ v)) for "
-                     f"the returned weights", hint="multiply v by the weights after dropout",
-                     mistake="output not computed from the dropped weights")
+                     f"the returned weights", hint=known.OUTPUT_NOT_FROM_DROPPED.text(),
+                     mistake=known.OUTPUT_NOT_FROM_DROPPED.name)
 
 
 register("MultiHeadAttention_dropout", _judge_dropout)
@@ -558,17 +448,12 @@ def _judge_contract(obs: Observations) -> None:
     if not isinstance(grad, Tensor):
         raise Mistake(f"no gradient reaches x through {what} — something detaches it", GRAPH_CUT)
     if torch.isnan(grad).any():
-        raise Mistake(f"the gradient of {what} contains NaN: a query whose keys are all masked must give zeros in "
-                      f"the backward pass too — fill the blocked scores with masked_fill before the softmax and "
-                      f"make the fully masked rows safe, or use the given `attention`",
-                      "NaN gradient on fully masked rows")
+        raise mistake(known.NAN_GRADIENT, f"the gradient of {what} contains NaN")
     meta = obs["meta"]
     if isinstance(meta, Raised):
-        raise Mistake(f"{function}(8, 2) on the `meta` device {meta.describe()} — build every tensor on the device "
-                      f"of the inputs", "device not kept")
+        raise mistake(known.DEVICE_RAISED, raised=f"{function}(8, 2) on the `meta` device {meta.describe()}")
     if meta != ("meta", "meta"):
-        raise Mistake(f"{function}(8, 2) on the `meta` device returned (out, weights) on {meta!r:.80} — keep the "
-                      f"device of the inputs", "device not kept")
+        raise mistake(known.DEVICE_CHANGED, call=f"{function}(8, 2) on the `meta` device", found=f"{meta!r:.80}")
 
 
 register("MultiHeadAttention_contract", _judge_contract)
@@ -588,32 +473,10 @@ register("MultiHeadAttention_errors", _judge_errors)
 
 # ================================================================ concept checks
 
-def _head_shape_suspects(n: int, d_model: int, n_heads: int) -> list[Suspect]:
-    return [
-        Suspect(f"each head works in d_model / n_heads dimensions; only the concatenation of the {n_heads} heads is "
-                f"{d_model} wide", "one head taken to be d_model wide", lambda: (n, d_model)),
-        Suspect("that is the shape of all the heads together, after split_heads; one head's queries have no head axis",
-                "all the heads taken for one", lambda: (n_heads, n, d_model // n_heads)),
-    ]
-
-
-def _parameter_suspects(d: int, n_heads: int) -> list[Suspect]:
-    d_head = d // n_heads
-    return [
-        Suspect("the heads share out the d_model-wide projections between them: more heads, the same four projections, "
-                "the same parameters",
-                "parameters multiplied by the heads", lambda: n_heads * 4 * (d * d + d)),
-        Suspect("each of the four projections has a bias of d_model numbers too", "biases left out", lambda: 4 * d * d),
-        Suspect("there are four projections: w_q, w_k, w_v and the output projection w_o",
-                "output projection left out", lambda: 3 * (d * d + d)),
-        Suspect("each projection maps d_model to d_model, for all the heads at once, not to one head's width",
-                "projections one head wide", lambda: 4 * (d * d_head + d_head)),
-    ]
-
-
 register("head_query_shape_answer", lambda obs: judge_answers(
-    obs, _HEAD_SHAPE_CASES, ref.head_query_shape, _head_shape_suspects,
+    obs, _HEAD_SHAPE_CASES, ref.head_query_shape, declared(known.HEAD_QUERY_SHAPE, ref.head_query_shape),
     lambda n, d, h: f"head_query_shape({n}, d_model={d}, n_heads={h})"))
 register("attention_parameters_answer", lambda obs: judge_answers(
-    obs, _PARAMETER_CASES, ref.attention_parameters, _parameter_suspects,
+    obs, _PARAMETER_CASES, ref.attention_parameters,
+    declared(known.ATTENTION_PARAMETERS, ref.attention_parameters),
     lambda d, h: f"attention_parameters({d}, n_heads={h})"))
