@@ -97,6 +97,11 @@ SHIFT = Mistakes([
 ])
 
 
+#: Of the device; it gives no value to compare (``found``: what came back, or what was raised).
+TOKENS_DEVICE = KnownMistake("device not kept", "{found} — build the new column on the device of tgt: "
+                             "`tgt.new_full(...)`, or pass device=tgt.device")
+
+
 # ================================================================ teacher_forcing_pair
 # Cases: (tgt (B, T), start_id, end_id, pad_id). right(tgt, start_id, end_id, pad_id) is (tgt_in, tgt_out).
 

@@ -85,7 +85,8 @@ CROSS_MASK = declare(Check("CrossAttention_memory_mask", [
 
 _X = seeded(2, 3, 16, seed=326)
 CROSS_ERRORS = declare(Check("CrossAttention_errors", [  # (x, memory): memory of another batch size, of another width
-    (_X, seeded(5, 4, 16, seed=327)), (_X, seeded(2, 4, 12, seed=328))],
+    (_X, seeded(5, 4, 16, seed=327)), (_X, seeded(2, 4, 12, seed=328)),
+    (seeded(2, 3, 12, seed=329), seeded(2, 4, 16, seed=330))],  # x of another width
     call=lambda student, x, memory: student(16, 8)(x, memory), key="raised"))
 
 
@@ -102,9 +103,25 @@ def _cross_contract_call(cls: Any) -> Callable[..., Any]:
     return call
 
 
+def _projection_grads(student: Any) -> tuple[Any, ...]:
+    """The gradients of the weights of w_q, w_k and w_v, for a seeded cotangent of the output (None where none
+    arrived)."""
+    d_model, d_k, d_v, seed = _CROSS_GRAD_SHAPE
+    module = _cross_module(student, d_model, d_k, d_v, seed, torch.float64)
+    out = _call(module, _CROSS_CONTRACT["x"].clone(), _CROSS_CONTRACT["memory"].clone(), None)[0]
+    (out * seeded(*out.shape, seed=335, dtype=out.dtype)).sum().backward()
+    weights = (getattr(getattr(module, name, None), "weight", None) for name in ("w_q", "w_k", "w_v"))
+    return tuple(w.grad if isinstance(w, Tensor) else None for w in weights)
+
+
+def _probe_cross_gradients(student: Any) -> Observations:
+    obs = observe_contract(_cross_contract_call(student), _CROSS_CONTRACT, seed=334)
+    obs["projections"] = attempt(lambda: _projection_grads(student))
+    return obs
+
+
 register("CrossAttention_projections", probe_projections)
-register("CrossAttention_gradients",
-         lambda student: observe_contract(_cross_contract_call(student), _CROSS_CONTRACT, seed=334))
+register("CrossAttention_gradients", _probe_cross_gradients)
 
 
 # ================================================================ shift_right
@@ -125,8 +142,24 @@ def _probe_token_contract(call: Callable[[Tensor], Any], tgt: Tensor) -> Observa
 
 _SHIFT_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int32)
 
-register("shift_right_contract",
-         lambda student: _probe_token_contract(lambda tgt: student(tgt, 1), _SHIFT_CONTRACT))
+def _devices_on_meta(call: Callable[[Tensor], Any], tgt: Tensor) -> Any:
+    """The device of each tensor ``call`` returns for ``tgt`` on the meta device, which holds no data (or what it
+    raised)."""
+    def devices() -> list[str]:
+        result = call(tgt.to("meta"))
+        return [str(t.device) if isinstance(t, Tensor) else type(t).__name__
+                for t in (result if isinstance(result, tuple) else (result,))]
+
+    return attempt(devices)
+
+
+def _probe_shift_contract(student: Any) -> Observations:
+    obs = _probe_token_contract(lambda tgt: student(tgt, 1), _SHIFT_CONTRACT)
+    obs["meta"] = _devices_on_meta(lambda tgt: student(tgt, 1), _SHIFT_CONTRACT)
+    return obs
+
+
+register("shift_right_contract", _probe_shift_contract)
 SHIFT_ERRORS = declare(Check("shift_right_errors", [(torch.arange(7), 1)], key="raised"))  # tgt of shape (7,)
 
 

@@ -272,6 +272,10 @@ def _probe_errors(student: Any) -> Observations:
         "divisible": attempt(lambda: student(10, 4)),
         "d_model": attempt(lambda: student(16, 4)(seeded(2, 3, 12, seed=497), seeded(2, 3, 16, seed=498),
                                                   seeded(2, 3, 16, seed=499))),
+        "key_width": attempt(lambda: student(16, 4)(seeded(2, 3, 16, seed=500), seeded(2, 3, 12, seed=501),
+                                                    seeded(2, 3, 16, seed=502))),
+        "value_width": attempt(lambda: student(16, 4)(seeded(2, 3, 16, seed=503), seeded(2, 3, 16, seed=504),
+                                                      seeded(2, 3, 12, seed=505))),
     }
 
 

@@ -18,11 +18,12 @@ import torch
 from torch import Tensor
 
 from attention_course.mistakes import cross_attention as known
-from attention_course.testing import DTYPE_CHANGED, MODIFIED_IN_PLACE, KnownMistake
-from autograder.checks.core import Check, Mistake, Observations, Raised, projection_weights
+from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, MODIFIED_IN_PLACE, KnownMistake
+from autograder.checks.core import Check, Mistake, Observations, Raised, load_weights, projection_weights, seeded
 from autograder.checks.cross_attention import (
     _CE_CONTRACT,
     _CROSS_CONTRACT,
+    _CROSS_GRAD_SHAPE,
     _CROSS_SHAPE_CASES,
     _LOSS_POSITIONS_CASES,
     _SHIFT_CONTRACT,
@@ -133,11 +134,30 @@ judge(Compare(CROSS_FORWARD, _cross_reference, _describe, _cross_mistakes, _cros
               guard=_check_pair))
 judge(Compare(CROSS_MASK, _cross_reference, _describe, _cross_mistakes, _cross_hint, parts=_WEIGHTS_THEN_OUTPUT,
               guard=_check_pair))
-register("CrossAttention_gradients",
-         contract_check(_cross_contract_call(ref.CrossAttention), _CROSS_CONTRACT, 334, "CrossAttention"))
+def _judge_cross_gradients(obs: Observations) -> None:
+    """The contract (float64, inputs untouched, gradients of x and memory), then the gradient of every projection."""
+    contract_check(_cross_contract_call(ref.CrossAttention), _CROSS_CONTRACT, 334, "CrossAttention")(obs)
+    d_model, d_k, d_v, seed = _CROSS_GRAD_SHAPE
+    what = f"CrossAttention({d_model}, {d_k}, {d_v}) in float64"
+    grads = obs["projections"]
+    if isinstance(grads, Raised):
+        raise Mistake(f"{what}: forward and backward {grads.describe()}")
+    module = load_weights(ref.CrossAttention(d_model, d_k, d_v), projection_weights(d_model, d_k, d_v, seed)).double()
+    out = _cross_contract_call(lambda *args: module)(**_CROSS_CONTRACT)[0]
+    (out * seeded(*out.shape, seed=335, dtype=out.dtype)).sum().backward()
+    for name, got in zip(("w_q", "w_k", "w_v"), grads, strict=True):
+        if got is None:  # the output is right (the contract above compared it), yet no gradient arrived
+            raise Mistake(f"{what}: {name} received no gradient, though the output depends on it — something "
+                          f"detaches its weight on the way: `.detach()`, `.data`, `torch.no_grad()`", GRAPH_CUT)
+        judge_tensor(got, getattr(module, name).weight.grad, f"the gradient of {what}.{name}.weight",
+                     atol=1e-8, rtol=1e-6)
+
+
+register("CrossAttention_gradients", _judge_cross_gradients)
 register(CROSS_ERRORS.id, value_errors(CROSS_ERRORS, [
     ("CrossAttention(16, 8) on x (2, 3, 16) and memory (5, 4, 16) of different batch sizes", ("2", "5")),
-    ("CrossAttention(16, 8) on memory (2, 4, 12), whose last axis is not d_model=16", ("12", "16"))]))
+    ("CrossAttention(16, 8) on memory (2, 4, 12), whose last axis is not d_model=16", ("12", "16")),
+    ("CrossAttention(16, 8) on x (2, 3, 12), whose last axis is not d_model=16", ("12", "16"))]))
 
 
 # ================================================================ shift_right
@@ -169,7 +189,18 @@ def _judge_token_contract(obs: Observations, function: str, tgt: Tensor, expecte
                           DTYPE_CHANGED)
 
 
-register("shift_right_contract", lambda obs: _judge_token_contract(obs, "shift_right", _SHIFT_CONTRACT, ((3, 4),)))
+def _judge_shift_contract(obs: Observations) -> None:
+    _judge_token_contract(obs, "shift_right", _SHIFT_CONTRACT, ((3, 4),))
+    what, found = "shift_right of a tgt on the meta device", obs["meta"]
+    if isinstance(found, Raised):
+        if "device" in found.message.lower():
+            raise mistake(known.TOKENS_DEVICE, found=f"{what} {found.describe()}")
+        raise Mistake(f"{what} {found.describe()}")
+    if not (isinstance(found, (list, tuple)) and list(found) == ["meta"]):
+        raise mistake(known.TOKENS_DEVICE, found=f"{what} returned {found!r:.80}")
+
+
+register("shift_right_contract", _judge_shift_contract)
 register(SHIFT_ERRORS.id, value_errors(SHIFT_ERRORS, [("shift_right(tgt of shape (7,)), which is not (B, T)", ("7",))]))
 
 

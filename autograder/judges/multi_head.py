@@ -464,8 +464,9 @@ register("MultiHeadAttention_contract", _judge_contract)
 def _judge_errors(obs: Observations) -> None:
     judge_value_error(obs["divisible"], "MultiHeadAttention(10, 4), where d_model=10 is not a multiple of n_heads=4,",
                       ("10", "4"))
-    judge_value_error(obs["d_model"], "MultiHeadAttention(16, 4) on query (2, 3, 12), whose last axis is not "
-                      "d_model=16,", ("12", "16"))
+    for key, name in (("d_model", "query"), ("key_width", "key"), ("value_width", "value")):
+        judge_value_error(obs[key], f"MultiHeadAttention(16, 4) on {name} (2, 3, 12), whose last axis is not "
+                          f"d_model=16,", ("12", "16"))
 
 
 register("MultiHeadAttention_errors", _judge_errors)

@@ -103,10 +103,26 @@ class CrossAttentionFrozenEncoder(_Projections):
         return attention(self.w_q(x), self.w_k(memory), self.w_v(memory), memory_mask)
 
 
+class CrossAttentionDetachedQueryWeight(_Projections):
+    def forward(self, x, memory, memory_mask=None):
+        self.check(x, memory)
+        q = F.linear(x, self.w_q.weight.detach(), self.w_q.bias)  # "w_q is only a change of basis"
+        return attention(q, self.w_k(memory), self.w_v(memory), memory_mask)
+
+
 class CrossAttentionNoBatchCheck(_Projections):
     def forward(self, x, memory, memory_mask=None):
         if x.shape[-1] != self.d_model or memory.shape[-1] != self.d_model:
             raise ValueError(f"x {tuple(x.shape)} and memory {tuple(memory.shape)} must end in {self.d_model}")
+        return attention(self.w_q(x), self.w_k(memory), self.w_v(memory), memory_mask)
+
+
+class CrossAttentionMemoryWidthOnly(_Projections):
+    def forward(self, x, memory, memory_mask=None):
+        if memory.shape[-1] != self.d_model:  # x's width is never checked
+            raise ValueError(f"memory {tuple(memory.shape)} must end in d_model={self.d_model}")
+        if x.shape[0] != memory.shape[0]:
+            raise ValueError(f"batch sizes differ: x {tuple(x.shape)}, memory {tuple(memory.shape)}")
         return attention(self.w_q(x), self.w_k(memory), self.w_v(memory), memory_mask)
 
 
@@ -217,6 +233,12 @@ def shift_in_place(tgt, start_id):
     tgt[:, 1:] = tgt[:, :-1].clone()
     tgt[:, 0] = start_id
     return tgt
+
+
+def shift_start_on_the_cpu(tgt, start_id):
+    _check_2d(tgt)
+    start = torch.full((tgt.shape[0], 1), start_id, dtype=tgt.dtype)  # on the CPU, whatever tgt's device
+    return torch.cat([start, tgt[:, :-1]], dim=1)
 
 
 def shift_int64_start(tgt, start_id):
@@ -527,7 +549,11 @@ WRONG = [
     Entry("CrossAttention", "w_k and w_v swapped", CrossAttentionSwappedKV, "keys and values swapped",
           "CrossAttention_forward"),
     Entry("CrossAttention", "memory detached", CrossAttentionFrozenEncoder, GRAPH_CUT, "CrossAttention_gradients"),
+    Entry("CrossAttention", "w_q's weight detached", CrossAttentionDetachedQueryWeight, GRAPH_CUT,
+          "CrossAttention_gradients"),
     Entry("CrossAttention", "no ValueError for mismatched batch sizes", CrossAttentionNoBatchCheck, NO_VALUE_ERROR,
+          "CrossAttention_errors"),
+    Entry("CrossAttention", "only memory's width checked", CrossAttentionMemoryWidthOnly, NO_VALUE_ERROR,
           "CrossAttention_errors"),
     Entry("CrossAttention", "w_v of width d_k whatever d_v", CrossAttentionVWidthDK, "w_v of width d_k instead of d_v",
           "CrossAttention_projections"),
@@ -547,6 +573,8 @@ WRONG = [
     Entry("shift_right", "input modified in place", shift_in_place, MODIFIED_IN_PLACE, "shift_right_contract",
           also=("start token in tgt_out",)),
     Entry("shift_right", "int64 start column", shift_int64_start, DTYPE_CHANGED, "shift_right_contract"),
+    Entry("shift_right", "start column built on the CPU", shift_start_on_the_cpu, "device not kept",
+          "shift_right_contract"),
     Entry("shift_right", "no ValueError for a 1-D tgt", shift_no_check, NO_VALUE_ERROR, "shift_right_errors"),
     Entry("teacher_forcing_pair", "<end> after the padding", tf_end_after_padding, "end token placed after the padding",
           "teacher_forcing_pair_padding"),

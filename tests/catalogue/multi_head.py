@@ -309,6 +309,14 @@ class MHALinearWithoutBias(_Heads):
         return F.linear(merge_heads(weights @ v), self.w_o.weight), weights
 
 
+class MHAQueryWidthOnly(_Heads):
+    def forward(self, query, key, value, mask=None):
+        self.check(query)  # key and value are never checked
+        q, k, v = (split_heads(w(t), self.n_heads) for w, t in ((self.w_q, query), (self.w_k, key), (self.w_v, value)))
+        _, weights = attention(q, k, v, _head_mask(mask))
+        return self.finish(weights, v)
+
+
 class MHANoDivisibilityCheck(nn.Module):
     def __init__(self, d_model, n_heads, bias=True, dropout=0.0):
         super().__init__()
@@ -578,6 +586,8 @@ WRONG = [
     Entry("MultiHeadAttention", "biases left out of the projections", MHALinearWithoutBias,
           "projection biases left out", "MultiHeadAttention_forward"),
     Entry("MultiHeadAttention", "no ValueError for d_model % n_heads", MHANoDivisibilityCheck, NO_VALUE_ERROR,
+          "MultiHeadAttention_errors"),
+    Entry("MultiHeadAttention", "only the query's width checked", MHAQueryWidthOnly, NO_VALUE_ERROR,
           "MultiHeadAttention_errors"),
     Entry("MultiHeadAttention", "view without transpose", MHAViewWithoutTranspose, "view without transpose",
           "MultiHeadAttention_forward"),
