@@ -522,7 +522,15 @@ def _probe_shapes(student: Any) -> Observations:
         return {"config_kept": getattr(model, "config", None) is config, "memory": plain(memory),
                 "decoded": plain(decoded), "logits": plain(logits)}
 
-    return {"facts": attempt_as_is(facts)}
+    def embedded(train: bool) -> Any:  # dropout=1.0: embed(src, src_embed), the stub's method, is all dropout
+        model = _build(student, Config(src_vocab=11, tgt_vocab=13, n_layers=1, dropout=1.0)).train(train)
+        if not callable(getattr(model, "embed", None)):
+            return None  # an answer without the stub's embed: its dropout cannot be seen apart from the layers'
+        with torch.no_grad():
+            return plain(model.embed(_SRC.clone(), model.src_embed))
+
+    return {"facts": attempt_as_is(facts), "dropped": attempt(lambda: embedded(True)),
+            "kept": attempt(lambda: embedded(False))}
 
 
 _CAUSAL_CASES = [  # (config, src, tgt_in, first changed position)
@@ -577,7 +585,9 @@ def _probe_model_errors(student: Any) -> Observations:
 
     long_tgt = torch.ones(3, 8, dtype=torch.long)
     return {"src": attempt(lambda: model().encode(_SRC.clone())),
-            "tgt": attempt(lambda: model()(_SRC[:, :5].clone(), long_tgt))}
+            "tgt": attempt(lambda: model()(_SRC[:, :5].clone(), long_tgt)),
+            "fits": attempt(lambda: plain(_build(student, Config(src_vocab=11, tgt_vocab=13, max_len=7)).encode(
+                _SRC.clone())))}  # a source of exactly max_len = 7 tokens
 
 
 _COPY_CONFIG = Config(src_vocab=10, tgt_vocab=10, d_model=16, n_heads=2, n_layers=2, d_ff=24, norm_first=True)

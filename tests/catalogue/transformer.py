@@ -651,6 +651,22 @@ class _Model(nn.Module):
         return self.decode(tgt_in, self.encode(src), src)
 
 
+class TNoEmbeddingDropout(_Model):
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t > self.config.max_len:
+            raise ValueError(f"length {t} > max_len={self.config.max_len}")
+        return table(tokens) * math.sqrt(self.config.d_model) + self.pe[:t]  # no dropout
+
+
+class TLengthReached(_Model):
+    def embed(self, tokens, table):
+        t = tokens.shape[1]
+        if t >= self.config.max_len:  # refuses the longest sequence the table holds
+            raise ValueError(f"length {t} >= max_len={self.config.max_len}")
+        return self.dropout(table(tokens) * math.sqrt(self.config.d_model) + self.pe[:t])
+
+
 class TNoCausalMask(_Model):
     def masks(self, tgt_in, src):
         pad = self.config.pad_id
@@ -1290,6 +1306,9 @@ WRONG = [
     Entry("Transformer", "pad_id 0", TPadIdZero, "pad_id hard-coded as 0", "Transformer_padding"),
     Entry("Transformer", "causal mask on the CPU", TMaskOnCpu, "mask built on the CPU", "Transformer_dtype_device"),
     Entry("Transformer", "no max_len check", TNoLengthCheck, "no ValueError for bad arguments", "Transformer_errors"),
+    Entry("Transformer", "max_len itself refused", TLengthReached, "T == max_len refused", "Transformer_errors"),
+    Entry("Transformer", "no dropout on the embeddings", TNoEmbeddingDropout, "embedding dropout missing",
+          "Transformer_shapes"),
     Entry("Transformer", "default embedding init", TDefaultInit, "embeddings initialised with std 1",
           "Transformer_parts"),
     Entry("Transformer", "memory detached", TDetachedMemory, "parameters without gradient", "Transformer_gradients"),
