@@ -42,6 +42,7 @@ class CheckFailed(AssertionError):
 #: The names of mistakes that any exercise can make, shared by the visible and the hidden checks.
 MODIFIED_IN_PLACE = "input modified in place"
 DTYPE_CHANGED = "dtype not kept"
+DEVICE_CHANGED = "device not kept"
 GRAPH_CUT = "gradients cut"
 LIBRARY_CALL = "library function called"
 NO_VALUE_ERROR = "no ValueError for bad arguments"

@@ -84,3 +84,29 @@ def test_a_concept_answer_is_small_plain_data_and_a_huge_tensor_is_refused_at_on
     assert answers[1] == ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
     shapes = probe(lambda *sizes: torch.Size(sizes))["answers"]
     assert shapes == [(12, 1, 12, 12, 1024, 64), (2, 3)]  # a shape of any size is an answer
+
+
+INDICES = Check("made_up_positions", [(4,)])
+
+
+def _positions(n):
+    return torch.arange(n)  # int64, as the contract says
+
+
+@pytest.mark.parametrize(("returned", "says"), [
+    (lambda n: torch.arange(n, dtype=torch.int32), "has dtype torch.int32, expected torch.int64"),
+    (lambda n: torch.arange(n, dtype=torch.float64), "has dtype torch.float64, expected torch.int64"),
+    (lambda n: torch.arange(n, device="meta"), "is on meta, expected cpu"),
+])
+def test_compare_refuses_the_right_values_in_another_dtype_or_on_another_device(returned, says) -> None:
+    """A Compare checks the result's dtype and device against the reference's unless told not to
+    (``same_type=False``), so a new exercise's scaffolded check refuses an int32 answer where int64 is the contract."""
+    compare = Compare(INDICES, _positions, lambda n: f"positions({n})")
+    if returned(4).device.type != "meta":
+        assert torch.equal(returned(4).long(), _positions(4))  # the values are right
+    with pytest.raises(Mistake, match=says) as caught:
+        compare.judge_one(returned(4), 4)
+    assert caught.value.name in ("dtype not kept", "device not kept")
+    compare.judge_one(_positions(4), 4)  # the right dtype passes
+    if returned(4).device.type != "meta":
+        Compare(INDICES, _positions, lambda n: f"positions({n})", same_type=False).judge_one(returned(4), 4)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from attention_course.testing import (
+    DEVICE_CHANGED,
     DTYPE_CHANGED,
     GRAPH_CUT,
     LIBRARY_CALL,
@@ -480,6 +481,9 @@ class Compare:
     crashed: Callable[..., Mistake] | None = None
     compare: Callable[..., None] = judge_tensor
     also: Callable[[Observations], None] | None = None
+    #: the result's dtype and device must be the reference's (the contract), unless an exercise says otherwise:
+    #: a tensor on another device fails before its values are compared, one of another dtype after them
+    same_type: bool = True
 
     def __call__(self, obs: Observations) -> None:
         judge_cases((out, lambda out, case=case: self.judge_one(out, *case))
@@ -500,14 +504,35 @@ class Compare:
         if not self.parts:
             if self.pick is not identity:
                 suspects = [Suspect(s.message, s.name, lambda s=s: self.pick(s.produce())) for s in suspects]
+            self.judge_device(self.pick(out), self.pick(expected), what)
             self.compare(self.pick(out), self.pick(expected), what, suspects, hint, self.atol, self.rtol)
+            self.judge_dtype(self.pick(out), self.pick(expected), what)
         if self.parts and not (isinstance(out, tuple) and len(out) > max(index for index, _ in self.parts)):
             labels = ", ".join(label for _, label in sorted(self.parts))
             raise Mistake(f"{what} should return a tuple ({labels}); got {describe(out)}")
         for index, label in self.parts:
+            self.judge_device(out[index], expected[index], f"the {label} of {what}")
             self.compare(out[index], expected[index], f"the {label} of {what}", [s.part(index) for s in suspects],
                          hint, self.atol, self.rtol)
+            self.judge_dtype(out[index], expected[index], f"the {label} of {what}")
 
+    def _typed(self, actual: Any, expected: Any) -> bool:
+        return self.same_type and isinstance(actual, Tensor) and isinstance(expected, Tensor)
+
+    def judge_device(self, actual: Any, expected: Any, what: str) -> None:
+        """A tensor on another device than the reference's fails, before its values are compared (they cannot be
+        across devices): the contract keeps the inputs' device."""
+        if self._typed(actual, expected) and actual.device != expected.device:
+            raise Mistake(f"{what} is on {actual.device}, expected {expected.device}: create new tensors on the "
+                          f"inputs' device (`device=x.device`)", DEVICE_CHANGED)
+
+    def judge_dtype(self, actual: Any, expected: Any, what: str) -> None:
+        """A tensor whose values are right, of another dtype than the reference's, fails: the contract states it
+        (int64 indices, float32 kept)."""
+        if self._typed(actual, expected) and actual.dtype != expected.dtype:
+            raise Mistake(f"{what} has dtype {actual.dtype}, expected {expected.dtype}: the values are right, the "
+                          f"type is not (no `.float()`, `.double()`, `.int()` or hard-coded `dtype=`; keep the "
+                          f"inputs' dtype, or the one the exercise states)", DTYPE_CHANGED)
 
 def judge(compare: Compare) -> Compare:
     """Register ``compare`` as the judge of its check; returns it."""

@@ -502,7 +502,8 @@ def _kernel_right(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: 
 
 
 def _kernel_ref(q: Tensor, k: Tensor, v: Tensor, causal: bool, *_: int) -> tuple[Tensor, Tensor]:
-    return _kernel_right(q, k, v, None, causal)
+    """(out, lse) in q's dtype, as the kernel returns them (computed in float64, rounded once)."""
+    return tuple(t.to(q.dtype) for t in _kernel_right(q, k, v, None, causal))
 
 
 def _kernel_what(q: Tensor, k: Tensor, v: Tensor, causal: bool, block_m: int, block_n: int) -> str:
@@ -539,8 +540,9 @@ def _judge_half_kernel(actual: Any, expected: Tensor, what: str, suspects: list,
     judge_half(actual, expected, what, torch.float16, factor=KERNEL_ROUNDING, suspects=suspects)
 
 
-judge(Compare(KERNEL_HALF, _kernel_ref, _kernel_what, KERNEL_SUSPECTS, pick=lambda pair: pair[0],
-              crashed=_kernel_crash, compare=_judge_half_kernel))
+judge(Compare(KERNEL_HALF, lambda q, k, v, causal, *_: _kernel_right(q, k, v, None, causal), _kernel_what,
+              KERNEL_SUSPECTS, pick=lambda pair: pair[0], crashed=_kernel_crash, compare=_judge_half_kernel,
+              same_type=False))  # judge_half wants the float64 result, and judges the dtype itself
 judge(Compare(KERNEL_LSE, _kernel_ref, lambda *case: f"the log-sum-exp of {_kernel_what(*case)}",
               declared(Mistakes([*known.KERNEL_LSE, known.KERNEL.named("NaN for queries that see no key"),
                                  known.KERNEL.named("no scaling")]), _kernel_right), pick=lambda pair: pair[1],

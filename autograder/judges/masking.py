@@ -148,8 +148,11 @@ def _causal_hint(t_q: int, t_k: int | None = None) -> str:
 
 
 _causal_suspects = declared(known.CAUSAL, ref.causal_mask)
-judge(Compare(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
-judge(Compare(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask))
+# (the mask's dtype and device are the test of causal_mask_dtype_device, not of these cells too)
+judge(Compare(CAUSAL_SQUARE, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask,
+              same_type=False))
+judge(Compare(CAUSAL_OFFSET, ref.causal_mask, _causal_what, _causal_suspects, _causal_hint, compare=judge_mask,
+              same_type=False))
 
 
 def _judge_causal_dtype_device(obs: Observations) -> None:
@@ -177,7 +180,8 @@ def _padding_what(tokens: Tensor, pad_id: int) -> str:
 
 
 judge(Compare(PADDING_VALUES, ref.padding_mask, _padding_what, declared(known.PADDING, ref.padding_mask),
-              hint="True where the token is not pad_id, with an axis of size 1 for the queries", compare=judge_mask))
+              hint="True where the token is not pad_id, with an axis of size 1 for the queries", compare=judge_mask,
+              same_type=False))  # its dtype is the test of padding_mask_shape
 
 
 def _judge_padding_shape(obs: Observations) -> None:

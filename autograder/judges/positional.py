@@ -211,7 +211,7 @@ judge(Compare(TABLE_VALUES, ref.sinusoidal_encoding,
               lambda max_len, d, base: f"sinusoidal_encoding({max_len}, {d}" + (
                   ")" if base == BASE else f", base={base:g})"), _table_suspects,
               hint="PE[p, 2i] = sin(p / base^(2i/d_model)), PE[p, 2i+1] = cos(p / base^(2i/d_model))",
-              atol=ATOL, rtol=RTOL))
+              atol=ATOL, rtol=RTOL, same_type=False))  # its dtype is the test of sinusoidal_encoding_shape
 register("sinusoidal_encoding_properties", _judge_table_properties)
 register(TABLE_ERRORS.id, value_errors(TABLE_ERRORS, [
     ("sinusoidal_encoding(10, 7), an odd d_model,", ("7",)), ("sinusoidal_encoding(6, 5), an odd d_model,", ("5",)),
