@@ -186,8 +186,8 @@ def _grade(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         stamped = deadlines.read_timestamps(args.timestamps) if args.timestamps else {}
         extensions = deadlines.read_extensions(args.extension, args.extensions)
         deadlines.check_zone(args.zip_timezone)
-        if due is not None or extensions:
-            deadlines.load_plugin(COURSE_ROOT)  # a broken plugin must not cost a class's worth of time
+        deadlines.load_plugin(COURSE_ROOT)  # a broken plugin must not cost a class's worth of time (the due
+        # date may be the gradebook's, known only at the end)
     except ValueError as err:  # before any worker starts
         parser.error(str(err))
     os.environ["PATH"] = nbgrader_env()["PATH"]  # nbgrader's gradebook shells out to alembic

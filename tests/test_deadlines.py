@@ -123,3 +123,16 @@ def test_the_grade_command_refuses_bad_deadlines_before_grading(tmp_path, capsys
         main(["grade", "01_self_attention", str(tmp_path), "--out", str(tmp_path / "out"), *args])
     assert stopped.value.code == 2 and says in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_broken_late_plugin_stops_the_grade_command_before_grading(tmp_path, capsys, monkeypatch) -> None:
+    """Even without --due: the due date may be the gradebook's, known only after the class is graded."""
+    config = tmp_path / "jupyter"
+    config.mkdir()
+    (config / "nbgrader_config.py").write_text('c = get_config()\nc.AssignLatePenalties.plugin_class = '
+                                               '"no_such_module.Penalty"\n')
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(config))
+    with pytest.raises(SystemExit) as stopped:
+        main(["grade", "01_self_attention", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert stopped.value.code == 2 and "no_such_module.Penalty" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
