@@ -93,23 +93,30 @@ def check_zone(zone: str) -> str:
     return zone
 
 
-def read_timestamps(path: Path) -> dict[str, datetime]:
-    """student_id -> time from a CSV with ``student_id`` and ``timestamp`` columns; refuses what it cannot read."""
+def _csv_rows(path: Path, option: str, columns: tuple[str, str]):
+    """(line number, row) of the CSV ``path`` given to ``option``, each value stripped, once its header has the
+    ``columns`` (``student_id`` first) and each row a student id; ValueError naming the option, file and line."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not part of a header
     except OSError as err:
-        raise ValueError(f"--timestamps: cannot read {path}: {err.strerror or err}") from None
+        raise ValueError(f"{option}: cannot read {path}: {err.strerror or err}") from None
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in reader.fieldnames or []]
-    if "student_id" not in header or "timestamp" not in header:
-        raise ValueError(f"--timestamps: {path} needs the columns student_id and timestamp (its header: "
+    if not all(column in header for column in columns):
+        raise ValueError(f"{option}: {path} needs the columns {' and '.join(columns)} (its header: "
                          f"{', '.join(header) or 'empty'})")
-    times: dict[str, datetime] = {}
     for line, row in enumerate(reader, start=2):
         row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+        if not row[columns[0]]:
+            raise ValueError(f"{option}: {path}, line {line}: no {columns[0]}")
+        yield line, row
+
+
+def read_timestamps(path: Path) -> dict[str, datetime]:
+    """student_id -> time from a CSV with ``student_id`` and ``timestamp`` columns; refuses what it cannot read."""
+    times: dict[str, datetime] = {}
+    for line, row in _csv_rows(path, "--timestamps", ("student_id", "timestamp")):
         student = row["student_id"]
-        if not student:
-            raise ValueError(f"--timestamps: {path}, line {line}: no student_id")
         if student in times:
             raise ValueError(f"--timestamps: {path} names student {student!r} twice (line {line})")
         times[student] = parse_time(row["timestamp"], f"--timestamps: {path}, line {line}")
@@ -120,21 +127,8 @@ def read_extensions(given: list[str], path: Path | None) -> dict[str, timedelta]
     """student_id -> extension, from ``--extension student=hours`` (repeatable) and ``--extensions CSV`` (columns
     ``student_id`` and ``hours``). The command line wins over the file for a student named in both."""
     extensions: dict[str, timedelta] = {}
-    if path is not None:
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except OSError as err:
-            raise ValueError(f"--extensions: cannot read {path}: {err.strerror or err}") from None
-        reader = csv.DictReader(io.StringIO(text))
-        header = [h.strip() for h in reader.fieldnames or []]
-        if "student_id" not in header or "hours" not in header:
-            raise ValueError(f"--extensions: {path} needs the columns student_id and hours (its header: "
-                             f"{', '.join(header) or 'empty'})")
-        for line, row in enumerate(reader, start=2):
-            row = {(k or "").strip(): (v or "").strip() for k, v in row.items()}
-            if not row["student_id"]:
-                raise ValueError(f"--extensions: {path}, line {line}: no student_id")
-            extensions[row["student_id"]] = _hours(row["hours"], f"--extensions: {path}, line {line}")
+    for line, row in _csv_rows(path, "--extensions", ("student_id", "hours")) if path is not None else ():
+        extensions[row["student_id"]] = _hours(row["hours"], f"--extensions: {path}, line {line}")
     for item in given:
         student, sep, hours = item.partition("=")
         if not sep or not student.strip():

@@ -16,6 +16,7 @@ import io
 import json
 import re
 import shutil
+import subprocess
 import sys
 import traceback
 import types
@@ -33,6 +34,17 @@ from autograder.release import REPO_ROOT, SOURCE, make_course_copy, run_nbgrader
 
 #: assignment id -> (notebook file name, reference module), from the course's one list of chapters.
 ASSIGNMENTS = {c.assignment: (c.source.name, c.reference) for c in CHAPTERS}
+
+
+def copy_repository(folder: Path) -> Path:
+    """The repository's tracked files (as the working tree has them), copied to ``folder``: commands run there
+    write nothing here."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
+    for name in tracked.decode().split("\0"):
+        if name and (REPO_ROOT / name).is_file():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / name, folder / name)
+    return folder
 
 
 def source_notebook(assignment: str) -> Path:

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from notebook_grading import copy_repository
 from selenium.webdriver.common.by import By
 from test_browser import _driver
 
@@ -173,16 +173,6 @@ def _guide_block(section: str, language: str) -> str:
     return re.search(rf"```{language}\n(.*?)```", body, re.S).group(1)
 
 
-def _scratch_repository(folder: Path) -> Path:
-    """The repository's tracked files, copied to ``folder``: commands run there write nothing here."""
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for name in tracked.decode().split("\0"):
-        if name and (REPO_ROOT / name).is_file():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / name, folder / name)
-    return folder
-
-
 def test_the_term_runs_as_the_instructor_guide_gives_it(tmp_path) -> None:
     """"The term", command by command, on a scratch copy of the repository, with the guide's late plugin in its
     nbgrader_config.py: release through the course's own exchange (no root), a due date half an hour ago, two
@@ -190,7 +180,7 @@ def test_the_term_runs_as_the_instructor_guide_gives_it(tmp_path) -> None:
     extension the guide gives), collect, grade, the regrade's dry run and the real one, the export to Canvas."""
     from nbgrader.api import Gradebook
 
-    repo = _scratch_repository(tmp_path / "repo")
+    repo = copy_repository(tmp_path / "repo")
     config = repo / "autograder" / "nbgrader_config.py"
     config.write_text(config.read_text() + "\n" + _guide_block("The term", "python"))
     env = {**nbgrader_env(), "NBGRADER_EXCHANGE": ""}  # the course's own exchange

@@ -10,13 +10,13 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from notebook_grading import copy_repository
 
 from autograder.release import REPO_ROOT
 from autograder.scaffold import PLACEHOLDERS, ScaffoldError, make_request, parse_tests
@@ -202,21 +202,11 @@ def _write_by_hand(copy: Path) -> None:
     catalogue.write_text(text[:at].rstrip("\n") + functions + "\n" + text[at:], encoding="utf-8")
 
 
-def _copy_repository(copy: Path) -> Path:
-    """The repository's tracked files, copied to ``copy``."""
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, check=True).stdout
-    for name in tracked.decode().split("\0"):
-        if name and (REPO_ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO_ROOT / name, copy / name)
-    return copy
-
-
 def test_the_scaffold_writes_lint_clean_code_for_long_words_and_a_one_line_all(tmp_path) -> None:
     """A long signature, title and return text, a name near nbformat's limit for cell ids, and the reference's
     ``__all__`` written on one line: what the scaffold writes passes ruff (``make chapter`` lints the chapter's
     own files), and the new name is exported."""
-    copy = _copy_repository(tmp_path / "repo")
+    copy = copy_repository(tmp_path / "repo")
     reference = copy / f"solutions/{MODULE}.py"
     text = reference.read_text(encoding="utf-8")
     listed = re.search(r"^__all__ = \[(.*?)\]", text, re.M | re.S)
@@ -243,7 +233,7 @@ def test_the_scaffold_writes_lint_clean_code_for_long_words_and_a_one_line_all(t
 
 
 def test_the_guides_walk_through_with_the_scaffold(tmp_path) -> None:
-    copy = _copy_repository(tmp_path / "repo")
+    copy = copy_repository(tmp_path / "repo")
     where = _run(copy, "-c", "import attention_course, autograder, solutions, autograder.scaffold; "
                  "print(autograder.__file__, solutions.__file__, attention_course.__file__)")
     assert all(Path(p).is_relative_to(copy) for p in where.split()), f"not the copy's packages: {where}"
