@@ -295,6 +295,52 @@ DECODER_LAYER = Mistakes([
 ])
 
 
+# ================================================================ EncoderLayer and DecoderLayer: dropout on each output
+# Cases as the layers' values above, the parts in training mode with dropout=1.0: a right layer drops every
+# sublayer's output before adding it back, so post-norm gives its LayerNorms one after the other, LN2(LN1(x)), and
+# pre-norm x itself. No ``right`` is needed.
+
+def _block_form(norm_first: bool) -> str:
+    return "x + Dropout(f(LN(x)))" if norm_first else "LN(x + Dropout(f(x)))"
+
+
+def _one_not_dropped(kind: type, index: int) -> Callable[..., Tensor]:
+    """The layer that adds sublayer ``index``'s output back without dropout: with p=1 the others add nothing."""
+    return _wrong_layer(kind, blocks=lambda layer: [f if i == index else torch.zeros_like
+                                                    for i, f in enumerate(layer.blocks())])
+
+
+def _sum_dropped(kind: type) -> Callable[..., Tensor]:
+    """The layer that drops the residual sum, input included: with p=1 each block's sum is all zeros."""
+    def wrong(right: Any, *case: Any) -> Tensor:
+        layer = kind(*case)
+        x = layer.x
+        for norm in layer.norms:
+            x = torch.zeros_like(x) if layer.norm_first else norm(torch.zeros_like(x))
+        return x
+
+    return wrong
+
+
+def _dropout_sites(kind: type, names: Sequence[str]) -> list[KnownMistake]:
+    """The mistakes of where the dropout of a layer's residual blocks goes, for sublayers called ``names``."""
+    found = [KnownMistake(
+        f"no dropout on the {name} output",
+        lambda *case, name=name: f"the {name} output is added back without dropout: with dropout=1.0 in training "
+                                 f"mode it still reaches the residual. Apply dropout to each sublayer's output "
+                                 f"before adding it back: {_block_form(bool(case[-1]))}",
+        _one_not_dropped(kind, i)) for i, name in enumerate(names)]
+    return [*found, KnownMistake(
+        "dropout on the residual sum", lambda *case: f"the dropout acts on the sum, the input included, so with "
+                                                     f"dropout=1.0 the input is lost too; it belongs on the "
+                                                     f"sublayer's output alone: {_block_form(bool(case[-1]))}",
+        _sum_dropped(kind))]
+
+
+ENCODER_DROPPED = Mistakes(_dropout_sites(_Encoder, ["attention", "feed-forward"]))
+DECODER_DROPPED = Mistakes(_dropout_sites(_Decoder, ["self-attention", "cross-attention", "feed-forward"]))
+
+
 # ================================================================ TransformerConfig
 
 NOT_A_DATACLASS = KnownMistake("not a dataclass", "TransformerConfig should be a class decorated with @dataclass, "

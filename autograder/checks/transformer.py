@@ -250,6 +250,10 @@ def _run_layer(cls: Any, case: LayerCase, norm_first: bool) -> Any:
     return _call_layer(_build_layer(cls, case, norm_first).eval(), case)
 
 
+#: The placements of the dropout checks' all-dropped runs: post-norm, then pre-norm.
+DROPPED_NORM_FIRST = (False, True)
+
+
 def _probe_parts(kind: str) -> Callable[[Any], Observations]:
     def facts(student: Any, norm_first: bool) -> dict[str, Any]:
         layer = student(16, 4, 24, dropout=0.1, norm_first=norm_first)
@@ -271,6 +275,14 @@ def _probe_parts(kind: str) -> Callable[[Any], Observations]:
                             "pre": attempt_as_is(lambda: facts(student, True))}
 
 
+def _dropped_layer(cls: Any, case: LayerCase, norm_first: bool) -> Any:
+    """``cls`` with dropout=1.0 and the case's weights, in training mode: every sublayer's output is dropped before
+    it is added back, so post-norm gives the LayerNorms one after the other and pre-norm x itself."""
+    layer = cls(case.d, case.n_heads, case.d_ff, dropout=1.0, norm_first=norm_first)
+    load_layer(layer, _layer_weights(case.kind, case.d, case.d_ff, case.seed), case.kind, type(layer).__name__)
+    return layer.train()
+
+
 def _probe_dropout(case: LayerCase) -> Callable[[Any], Observations]:
     def run(student: Any, dropout: float, train: bool) -> Any:
         layer = student(case.d, case.n_heads, case.d_ff, dropout=dropout, norm_first=False)
@@ -282,7 +294,9 @@ def _probe_dropout(case: LayerCase) -> Callable[[Any], Observations]:
         eval_pair = attempt_as_is(lambda: run(student, 0.5, False))
         return {"eval": eval_pair if isinstance(eval_pair, Raised) else list(eval_pair),
                 "no_dropout": attempt(lambda: run(student, 0.0, False)[0]),
-                "train": attempt_as_is(lambda: run(student, 0.5, True))}
+                "train": attempt_as_is(lambda: run(student, 0.5, True)),
+                "all_dropped": [attempt(lambda nf=nf: _call_layer(_dropped_layer(student, case, nf), case))
+                                for nf in DROPPED_NORM_FIRST]}
 
     return probe
 

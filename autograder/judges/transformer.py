@@ -47,6 +47,7 @@ from autograder.checks.transformer import (
     DEC_MASKS,
     DEC_POST,
     DEC_PRE,
+    DROPPED_NORM_FIRST,
     ENC_MASK,
     ENC_POST,
     ENC_PRE,
@@ -62,6 +63,7 @@ from autograder.checks.transformer import (
     ModelCase,
     _build_layer,
     _call_layer,
+    _dropped_layer,
     _ls_contract_call,
     _memory,
     load_feed_forward,
@@ -203,10 +205,13 @@ register("FeedForward_dropout", _judge_ff_dropout)
 # ================================================================ the layers: shared
 
 
+def _ref_class(case: LayerCase) -> type:
+    return ref.EncoderLayer if case.memory is None else ref.DecoderLayer
+
+
 def _ref_layer(case: LayerCase) -> nn.Module:
     """The reference's layer, loaded with the case's weights: its attentions, feed-forward and LayerNorms."""
-    cls = ref.EncoderLayer if case.memory is None else ref.DecoderLayer
-    return _build_layer(cls, case, norm_first=False).eval()
+    return _build_layer(_ref_class(case), case, norm_first=False).eval()
 
 
 def _encoder_case(case: LayerCase, norm_first: bool) -> tuple:
@@ -259,7 +264,17 @@ def _judge_parts(kind: str) -> Callable[[Observations], None]:
     return judge
 
 
-def _judge_dropout(name: str, case: LayerCase) -> Callable[[Observations], None]:
+def _dropped_case(case: LayerCase, norm_first: bool) -> tuple:
+    """An all-dropped case as the declarations take it: the reference's parts with dropout=1.0, in training mode."""
+    layer = _dropped_layer(_ref_class(case), case, norm_first)
+    norms = [layer.norm1, layer.norm2] + ([layer.norm3] if case.memory is not None else [])
+    if case.memory is None:
+        return case.x, layer.self_attn, layer.ff, norms, case.tgt_mask, norm_first
+    return (case.x, case.memory, layer.self_attn, layer.cross_attn, layer.ff, norms, case.tgt_mask, case.memory_mask,
+            norm_first)
+
+
+def _judge_dropout(name: str, case: LayerCase, sites: Callable[..., list]) -> Callable[[Observations], None]:
     def judge(obs: Observations) -> None:
         shape = tuple(case.x.shape)
         call = f"{name}({case.d}, {case.n_heads}, {case.d_ff}, dropout=0.5)"
@@ -274,6 +289,15 @@ def _judge_dropout(name: str, case: LayerCase) -> Callable[[Observations], None]
         a, b = (_tensor_result(o, f"{call} in training mode", shape) for o in obs["train"])
         if torch.allclose(a, b):
             raise mistake(known.DROPOUT_IGNORED, call=call)
+        for got, norm_first in zip(obs["all_dropped"], DROPPED_NORM_FIRST, strict=True):
+            what = (f"{name}({case.d}, {case.n_heads}, {case.d_ff}, dropout=1.0, norm_first={norm_first}) in "
+                    f"training mode")
+            if isinstance(got, Raised):
+                raise _crashed(got, what)
+            expected = _call_layer(_dropped_layer(_ref_class(case), case, norm_first), case).detach()
+            left = "x itself" if norm_first else "the LayerNorms applied to x one after the other"
+            judge_tensor(got, expected, what, sites(case, norm_first),
+                         hint=f"dropout=1.0 drops each sublayer's output before it is added back, which leaves {left}")
 
     return judge
 
@@ -291,7 +315,8 @@ register("EncoderLayer_parts", _judge_parts("encoder"))
 for check in (ENC_POST, ENC_PRE, ENC_MASK):
     judge(Compare(check, _layer_reference, LayerCase.what, declared(known.ENCODER_LAYER, None, case=_encoder_case),
                   _encoder_hint, guard=_layer_guard, crashed=_crashed))
-register("EncoderLayer_dropout", _judge_dropout("EncoderLayer", _ENC_DROP))
+register("EncoderLayer_dropout", _judge_dropout("EncoderLayer", _ENC_DROP,
+                                                declared(known.ENCODER_DROPPED, None, case=_dropped_case)))
 
 
 # ================================================================ DecoderLayer
@@ -308,7 +333,8 @@ register("DecoderLayer_parts", _judge_parts("decoder"))
 for check in (DEC_POST, DEC_PRE, DEC_MASKS):
     judge(Compare(check, _layer_reference, LayerCase.what, declared(known.DECODER_LAYER, None, case=_decoder_case),
                   _decoder_hint, guard=_layer_guard, crashed=_crashed))
-register("DecoderLayer_dropout", _judge_dropout("DecoderLayer", _DEC_DROP))
+register("DecoderLayer_dropout", _judge_dropout("DecoderLayer", _DEC_DROP,
+                                                declared(known.DECODER_DROPPED, None, case=_dropped_case)))
 
 
 # ================================================================ TransformerConfig

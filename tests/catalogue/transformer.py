@@ -239,6 +239,15 @@ class EncResidualAfterNorm(_Enc):
         return x + self.norm2(self.fwd(x))
 
 
+class EncFFNotDropped(_Enc):
+    def forward(self, x, src_mask=None):  # "FeedForward has its own dropout already"
+        if self.norm_first:
+            x = x + self.sa(self.norm1(x), src_mask)
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.sa(x, src_mask))
+        return self.norm2(x + self.ff(x))
+
+
 class EncNoDropout(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
@@ -424,6 +433,11 @@ class DecDropoutInEval(_Dec):
         x = self.norm1(x + drop(self.self_attn(x, x, x, tgt_mask)[0]))
         x = self.norm2(x + drop(self.cross_attn(x, memory, memory, memory_mask)[0]))
         return self.norm3(x + drop(self.ff(x)))
+
+
+class DecCrossNotDropped(_Dec):
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):  # dropout on the self-attention and the FFN only
+        return self.run(x, memory, tgt_mask, memory_mask, ca=lambda h, m, mask: self.cross_attn(h, m, m, mask)[0])
 
 
 class DecTorchAttention(nn.Module):
@@ -1269,6 +1283,8 @@ WRONG = [
     Entry("EncoderLayer", "residual added after the norm", EncResidualAfterNorm,
           "residual added after the LayerNorm", "EncoderLayer_post_norm"),
     Entry("EncoderLayer", "dropout ignored", EncNoDropout, "dropout ignored", "EncoderLayer_dropout"),
+    Entry("EncoderLayer", "no dropout on the feed-forward's output", EncFFNotDropped,
+          "no dropout on the feed-forward output", "EncoderLayer_dropout"),
     Entry("DecoderLayer", "cross-attention keys from the decoder", DecCrossFromDecoder,
           "cross-attention ignores memory", "DecoderLayer_post_norm",
           also=("parameters without gradient",)),  # the Transformer built on it never reads the encoder
@@ -1285,6 +1301,8 @@ WRONG = [
           "DecoderLayer_parts"),
     Entry("DecoderLayer", "F.dropout in eval mode", DecDropoutInEval, "dropout applied in eval mode",
           "DecoderLayer_dropout"),
+    Entry("DecoderLayer", "no dropout on the cross-attention's output", DecCrossNotDropped,
+          "no dropout on the cross-attention output", "DecoderLayer_dropout"),
     Entry("TransformerConfig", "dropout default 0", CfgDropoutZero, "dropout default", "TransformerConfig_fields"),
     Entry("TransformerConfig", "pre-norm by default", CfgPreNormDefault, "norm_first default",
           "TransformerConfig_fields"),
