@@ -608,6 +608,8 @@ GREEDY = Mistakes([
 
 TOKENS_NOT_INT64 = KnownMistake("token ids not int64", "{call} returned {dtype} — token ids are a LongTensor (int64): "
                                 "build the start column with dtype=torch.long")
+DECODED_OFF_DEVICE = KnownMistake("device not kept", "{call} {found}: build the start column, and every tensor the "
+                                  "loop keeps, on the device of src — torch.full(..., device=src.device)")
 LEFT_IN_TRAINING = KnownMistake("model left in training mode", "{call} ran the model in training mode: call "
                                 "model.eval() first, or dropout makes the decoding random")
 

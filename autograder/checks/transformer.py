@@ -35,6 +35,7 @@ from autograder.checks.core import (
     WeightsNotLoaded,
     attempt,
     attempt_as_is,
+    attempt_facts,
     declare,
     feed_forward_weights,
     layer_norm_weights,
@@ -722,7 +723,22 @@ def _probe_greedy(cases: list[DecodeCase]) -> Callable[[Any], Observations]:
     return lambda student: {"results": [attempt_as_is(lambda case=case: run(student, case)) for case in cases]}
 
 
-register("greedy_decode_tokens", _probe_greedy(_TOKEN_CASES))
+#: The device case: _TOKEN_CASES[0] with its model and src on the meta device, which holds no data, and max_len=1, so
+#: that no step runs (a step reads the tokens): the start column alone, which must be on the device of src.
+META_DECODE = dataclasses.replace(_TOKEN_CASES[0], max_len=1)
+
+
+def _probe_greedy_tokens(student: Any) -> Observations:
+    def on_meta() -> Any:
+        case = META_DECODE
+        model = case.model().to("meta")
+        return student(model, torch.tensor(case.src, dtype=torch.long, device="meta"), case.start, case.end,
+                       case.max_len)
+
+    return {**_probe_greedy(_TOKEN_CASES)(student), "meta": attempt_facts(on_meta)}
+
+
+register("greedy_decode_tokens", _probe_greedy_tokens)
 register("greedy_decode_stops", _probe_greedy(_STOP_CASES))
 register("greedy_decode_max_len", _probe_greedy(_MAX_LEN_CASES))
 register("greedy_decode_eval_mode", _probe_greedy(_TOKEN_CASES[:1]))

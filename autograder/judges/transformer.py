@@ -56,6 +56,7 @@ from autograder.checks.transformer import (
     LS_ERRORS,
     LS_PLAIN,
     LS_VALUES,
+    META_DECODE,
     MODEL_DECODE,
     MODEL_ENCODE,
     DecodeCase,
@@ -630,7 +631,29 @@ def _judge_eval_mode(obs: Observations) -> None:
             raise mistake(known.LEFT_IN_TRAINING, call=case.what())
 
 
-register("greedy_decode_tokens", _judge_greedy(_TOKEN_CASES, prefix=True))
+def _judge_on_meta(found: Any) -> None:
+    """The start column of META_DECODE, built for a src on the meta device: it must stay there. A decoding that reads
+    its tokens cannot run on a device without data, so a crash that says nothing of devices tells nothing."""
+    case = META_DECODE
+    call = case.what() + ", the model and src on the meta device"
+    if isinstance(found, Raised):
+        if "device" in found.message.lower():
+            raise mistake(known.DECODED_OFF_DEVICE, call=call, found=found.describe())
+        if "meta" in found.message.lower():
+            return
+        raise Mistake(f"{call} {found.describe()}")
+    if not isinstance(found, dict):
+        raise Mistake(f"{call} should return a (B, L) tensor of token ids, got {describe(found)}")
+    if found.get("device") != "meta":
+        raise mistake(known.DECODED_OFF_DEVICE, call=call, found=f"returned tokens on {found.get('device')}")
+
+
+def _judge_greedy_tokens(obs: Observations) -> None:
+    _judge_greedy(_TOKEN_CASES, prefix=True)(obs)
+    _judge_on_meta(obs["meta"])
+
+
+register("greedy_decode_tokens", _judge_greedy_tokens)
 register("greedy_decode_stops", _judge_greedy(_STOP_CASES, prefix=False))
 register("greedy_decode_max_len", _judge_greedy(_MAX_LEN_CASES, prefix=False))
 register("greedy_decode_eval_mode", _judge_eval_mode)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention_course.testing import DTYPE_CHANGED, GRAPH_CUT, NO_VALUE_ERROR
+from attention_course.testing import DEVICE_CHANGED, DTYPE_CHANGED, GRAPH_CUT, NO_VALUE_ERROR
 from catalogue import Entry
 from solutions.transformer import DecoderLayer, EncoderLayer, FeedForward, TransformerConfig
 
@@ -869,8 +869,8 @@ def greedy_first_position(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         while ys.shape[1] < max_len and not done.all():
             token = model.decode(ys, memory, src)[:, 0].argmax(dim=-1)
             token = token.masked_fill(done, model.config.pad_id)
@@ -883,8 +883,8 @@ def greedy_never_stops(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(max_len - 1):
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
             token = token.masked_fill(done, model.config.pad_id)
@@ -897,7 +897,7 @@ def greedy_no_padding(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
         while ys.shape[1] < max_len:
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
             ys = torch.cat([ys, token[:, None]], dim=1)
@@ -910,8 +910,8 @@ def greedy_pad_zero(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         while ys.shape[1] < max_len and not done.all():
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, 0)
             ys = torch.cat([ys, token[:, None]], dim=1)
@@ -923,8 +923,8 @@ def greedy_max_len_plus_one(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         for _ in range(max_len):  # max_len new tokens
             if done.all():
                 break
@@ -938,7 +938,7 @@ def greedy_stops_at_first_end(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
         while ys.shape[1] < max_len:
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1)
             ys = torch.cat([ys, token[:, None]], dim=1)
@@ -950,8 +950,8 @@ def greedy_stops_at_first_end(model, src, start_id, end_id, max_len):
 def greedy_training_mode(model, src, start_id, end_id, max_len):
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         while ys.shape[1] < max_len and not done.all():
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
             ys = torch.cat([ys, token[:, None]], dim=1)
@@ -963,8 +963,8 @@ def greedy_without_start(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long, device=src.device)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         while ys.shape[1] < max_len and not done.all():
             token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
             ys = torch.cat([ys, token[:, None]], dim=1)
@@ -976,9 +976,9 @@ def greedy_float_buffer(model, src, start_id, end_id, max_len):
     model.eval()
     with torch.no_grad():
         memory = model.encode(src)
-        ys = torch.full((src.shape[0], max_len), float(model.config.pad_id))
+        ys = torch.full((src.shape[0], max_len), float(model.config.pad_id), device=src.device)
         ys[:, 0] = start_id
-        done = torch.zeros(src.shape[0], dtype=torch.bool)
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
         length = 1
         while length < max_len and not done.all():
             token = model.decode(ys[:, :length].long(), memory, src)[:, -1].argmax(dim=-1)
@@ -986,6 +986,19 @@ def greedy_float_buffer(model, src, start_id, end_id, max_len):
             done |= token == end_id
             length += 1
     return ys[:, :length]
+
+
+def greedy_start_on_cpu(model, src, start_id, end_id, max_len):
+    model.eval()
+    with torch.no_grad():
+        memory = model.encode(src)
+        ys = torch.full((src.shape[0], 1), start_id, dtype=torch.long)  # the dtype thought of, the device not
+        done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+        while ys.shape[1] < max_len and not done.all():
+            token = model.decode(ys, memory, src)[:, -1].argmax(dim=-1).masked_fill(done, model.config.pad_id)
+            ys = torch.cat([ys, token[:, None]], dim=1)
+            done |= token == end_id
+    return ys
 
 
 def greedy_preallocated(model, src, start_id, end_id, max_len):
@@ -1345,6 +1358,7 @@ WRONG = [
           "greedy_decode_eval_mode"),
     Entry("greedy_decode", "start token dropped", greedy_without_start, "start_id missing", "greedy_decode_tokens"),
     Entry("greedy_decode", "float token buffer", greedy_float_buffer, "token ids not int64", "greedy_decode_tokens"),
+    Entry("greedy_decode", "start column on the CPU", greedy_start_on_cpu, DEVICE_CHANGED, "greedy_decode_tokens"),
     Entry("label_smoothed_cross_entropy", "epsilon over the other V - 1 classes", ls_other_classes,
           "smoothing over the other classes only", "label_smoothed_cross_entropy_values"),
     Entry("label_smoothed_cross_entropy", "target weight 1", ls_target_weight_one, "target weight not lowered",
