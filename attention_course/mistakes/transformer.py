@@ -685,6 +685,12 @@ SMOOTHING = Mistakes([
                  lambda right, z, y, p, eps: F.cross_entropy(*_flat(z, y), ignore_index=p, label_smoothing=0.1)),
 ])
 
+#: Cases: (logits, targets, pad_id), called without epsilon, whose default is the paper's 0.1.
+EPSILON_DEFAULT = KnownMistake("epsilon default not 0.1", "called without epsilon it does not smooth with the "
+                               "paper's 0.1: keep the signature's default, epsilon=0.1",
+                               lambda right, z, y, p: F.cross_entropy(*_flat(z, y), ignore_index=p))
+SMOOTHING_DEFAULT = Mistakes([EPSILON_DEFAULT])
+
 CLASSES_ON_WRONG_AXIS = KnownMistake("classes on the wrong axis", "{call} {raised} — F.cross_entropy wants the classes "
                                      "on axis 1: pass `logits.reshape(-1, V)` with `targets.reshape(-1)`")
 SHAPES_NOT_NAMED = KnownMistake("ValueError without the shapes", "{call}: the ValueError should name both shapes, so "

@@ -756,11 +756,21 @@ def _ls_case(b: int, t: int, v: int, lengths: list[int], p: int, eps: float,
     return logits, targets.masked_fill(padding, p), p, eps
 
 
-LS_VALUES = declare(Check("label_smoothed_cross_entropy_values", [  # (logits, targets, pad_id, epsilon)
+LS_VALUES = Check("label_smoothed_cross_entropy_values", [  # (logits, targets, pad_id, epsilon)
     _ls_case(2, 5, 7, [5, 5], 0, 0.1, seed=811),  # no padding at all
     _ls_case(3, 6, 11, [6, 4, 2], 0, 0.3, seed=813),
     _ls_case(2, 5, 9, [5, 2], 3, 0.25, seed=815),  # pad_id 3; 0 is a real target
-]))
+])
+#: (logits, targets, pad_id) of LS_VALUES' padded case, called without epsilon: the default must be 0.1.
+LS_DEFAULT = LS_VALUES.cases[1][:3]
+
+
+def _probe_ls_values(student: Any) -> Observations:
+    logits, targets, pad_id = LS_DEFAULT
+    return {**LS_VALUES.probe(student), "default": attempt(lambda: student(logits.clone(), targets.clone(), pad_id))}
+
+
+register(LS_VALUES.id, _probe_ls_values)
 
 LS_PLAIN = declare(Check("label_smoothed_cross_entropy_no_smoothing", [
     _ls_case(3, 6, 11, [6, 4, 2], 0, 0.0, seed=821),

@@ -53,6 +53,7 @@ from autograder.checks.transformer import (
     ENC_PRE,
     FF_FORWARD,
     LAYER_PARTS,
+    LS_DEFAULT,
     LS_ERRORS,
     LS_PLAIN,
     LS_VALUES,
@@ -677,8 +678,21 @@ def _ls_crashed(raised: Raised, what: str, *case: Any) -> Mistake:
 
 _LS_HINT = ("the mean, over the positions whose target is not pad_id, of (1 - epsilon)(-log p_target) + "
             "epsilon · mean_v(-log p_v)")
+
+
+def _judge_ls_default(obs: Observations) -> None:
+    logits, targets, p = LS_DEFAULT
+    what = f"label_smoothed_cross_entropy(logits {tuple(logits.shape)}, targets, pad_id={p}) without epsilon"
+    got = obs["default"]
+    if isinstance(got, Raised):
+        raise _ls_crashed(got, what)
+    judge_tensor(got, ref.label_smoothed_cross_entropy(logits, targets, p), what,
+                 declared(known.SMOOTHING_DEFAULT, None)(logits, targets, p), hint="epsilon defaults to 0.1",
+                 mistake=known.EPSILON_DEFAULT.name)
+
+
 judge(Compare(LS_VALUES, ref.label_smoothed_cross_entropy, _ls_what, _ls_suspects, hint=_LS_HINT,
-              crashed=_ls_crashed))
+              crashed=_ls_crashed, also=_judge_ls_default))
 judge(Compare(LS_PLAIN, ref.label_smoothed_cross_entropy, _ls_what, _ls_suspects,
               hint="with epsilon = 0 the targets are one-hot and the loss is the plain cross-entropy",
               crashed=_ls_crashed))

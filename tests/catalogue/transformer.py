@@ -1136,6 +1136,12 @@ def ls_default_epsilon(logits, targets, pad_id, epsilon=0.1):
     return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon)
 
 
+def ls_no_smoothing_by_default(logits, targets, pad_id, epsilon=0.0):  # "smoothing is something one asks for"
+    _check_ls(logits, targets, epsilon)
+    v = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), ignore_index=pad_id, label_smoothing=epsilon)
+
+
 def ls_float32(logits, targets, pad_id, epsilon=0.1):
     _check_ls(logits, targets, epsilon)
     v = logits.shape[-1]
@@ -1379,6 +1385,8 @@ WRONG = [
           "label_smoothed_cross_entropy_values"),
     Entry("label_smoothed_cross_entropy", "epsilon or 0.1", ls_default_epsilon, "epsilon 0 replaced by the default",
           "label_smoothed_cross_entropy_no_smoothing"),
+    Entry("label_smoothed_cross_entropy", "epsilon defaults to 0", ls_no_smoothing_by_default,
+          "epsilon default not 0.1", "label_smoothed_cross_entropy_values"),
     Entry("label_smoothed_cross_entropy", "dtype changed to float32", ls_float32, DTYPE_CHANGED,
           "label_smoothed_cross_entropy_gradients"),
     Entry("label_smoothed_cross_entropy", "loss rebuilt with torch.tensor", ls_rebuilt_tensor, GRAPH_CUT,
