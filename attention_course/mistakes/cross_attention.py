@@ -244,6 +244,9 @@ CLASSES_AXIS = Mistakes([
     KnownMistake("classes on the wrong axis", _classes_on_axis_1,
                  lambda right, logits, targets, p: F.cross_entropy(logits, targets, ignore_index=p)),
 ])
+#: Of the device of the loss; it gives no value to compare (``found``: what came back, or what was raised).
+LOSS_DEVICE = KnownMistake("device not kept", "{found} — build every tensor the loss uses (a mask, class weights, a "
+                           "count) from logits or targets, or on their device: device=logits.device")
 VAGUE_VALUE_ERROR = KnownMistake("ValueError without the shapes", "the ValueError should name both shapes, so that "
                                  "the learner sees which tensor is wrong; its message was {message!r}")
 

@@ -142,11 +142,11 @@ def _probe_token_contract(call: Callable[[Tensor], Any], tgt: Tensor) -> Observa
 
 _SHIFT_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int32)
 
-def _devices_on_meta(call: Callable[[Tensor], Any], tgt: Tensor) -> Any:
-    """The device of each tensor ``call`` returns for ``tgt`` on the meta device, which holds no data (or what it
+def _devices_on_meta(call: Callable[..., Any], *inputs: Tensor) -> Any:
+    """The device of each tensor ``call`` returns for ``inputs`` on the meta device, which holds no data (or what it
     raised)."""
     def devices() -> list[str]:
-        result = call(tgt.to("meta"))
+        result = call(*(t.to("meta") for t in inputs))
         return [str(t.device) if isinstance(t, Tensor) else type(t).__name__
                 for t in (result if isinstance(result, tuple) else (result,))]
 
@@ -178,8 +178,15 @@ TF_PADDING = declare(Check("teacher_forcing_pair_padding", [
 
 _TF_CONTRACT = _tokens([[3, 4, 5, 0], [6, 0, 0, 0], [3, 4, 5, 6]]).to(torch.int32)
 
-register("teacher_forcing_pair_contract",
-         lambda student: _probe_token_contract(lambda tgt: student(tgt, 1, 2, 0), _TF_CONTRACT))
+
+
+def _probe_tf_contract(student: Any) -> Observations:
+    obs = _probe_token_contract(lambda tgt: student(tgt, 1, 2, 0), _TF_CONTRACT)
+    obs["meta"] = _devices_on_meta(lambda tgt: student(tgt, 1, 2, 0), _TF_CONTRACT)
+    return obs
+
+
+register("teacher_forcing_pair_contract", _probe_tf_contract)
 TF_ERRORS = declare(Check("teacher_forcing_pair_errors", [(torch.arange(7), 1, 2, 0)], key="raised"))  # tgt (7,)
 
 
@@ -234,8 +241,16 @@ CE_ERRORS = declare(Check("sequence_cross_entropy_errors", [  # targets (2, 4) f
     (seeded(2, 5, 7, seed=372), torch.zeros(2, 4, dtype=torch.long), 0)], key="raised"))
 
 register("sequence_cross_entropy_ignores_pads", _probe_ce_pads)
-register("sequence_cross_entropy_gradients",
-         lambda student: observe_contract(_ce_contract_call(student), _CE_CONTRACT, seed=373))
+
+
+def _probe_ce_gradients(student: Any) -> Observations:
+    obs = observe_contract(_ce_contract_call(student), _CE_CONTRACT, seed=373)
+    obs["meta"] = _devices_on_meta(lambda logits, targets: student(logits, targets, 0), _CE_CONTRACT["logits"],
+                                   _CE_CONTRACT["targets"])
+    return obs
+
+
+register("sequence_cross_entropy_gradients", _probe_ce_gradients)
 
 
 # ================================================================ concept checks

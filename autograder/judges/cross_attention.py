@@ -201,6 +201,20 @@ def _judge_shift_contract(obs: Observations) -> None:
 
 
 register("shift_right_contract", _judge_shift_contract)
+
+
+def _judge_kept_on_meta(found: Any, what: str, count: int, declaration: KnownMistake) -> None:
+    """``found``, the devices of the ``count`` tensors an answer returned for inputs on the meta device, must all be
+    meta. The meta device holds no data: an answer that reads its values (``int(...)``, boolean indexing) cannot run
+    there, so a crash of the meta device's own tells nothing, while one that names devices is the device mistake."""
+    if isinstance(found, Raised):
+        if "device" in found.message.lower():
+            raise mistake(declaration, found=f"{what} {found.describe()}")
+        if "meta" in found.message.lower():
+            return
+        raise Mistake(f"{what} {found.describe()}")
+    if not (isinstance(found, (list, tuple)) and list(found) == ["meta"] * count):
+        raise mistake(declaration, found=f"{what} returned {found!r:.80}")
 register(SHIFT_ERRORS.id, value_errors(SHIFT_ERRORS, [("shift_right(tgt of shape (7,)), which is not (B, T)", ("7",))]))
 
 
@@ -268,10 +282,14 @@ def _judge_one_tf(result: Any, tgt: Tensor, s: int, e: int, p: int) -> None:
 
 register(TF_EXAMPLE.id, _judge_tf(TF_EXAMPLE))
 register(TF_PADDING.id, _judge_tf(TF_PADDING))
-register(
-    "teacher_forcing_pair_contract",
-    lambda obs: _judge_token_contract(obs, "teacher_forcing_pair", _TF_CONTRACT, ((3, 5), (3, 5))),
-)
+
+
+def _judge_tf_contract(obs: Observations) -> None:
+    _judge_token_contract(obs, "teacher_forcing_pair", _TF_CONTRACT, ((3, 5), (3, 5)))
+    _judge_kept_on_meta(obs["meta"], "teacher_forcing_pair of a tgt on the meta device", 2, known.TOKENS_DEVICE)
+
+
+register("teacher_forcing_pair_contract", _judge_tf_contract)
 register(TF_ERRORS.id, value_errors(TF_ERRORS, [
     ("teacher_forcing_pair(tgt of shape (7,)), which is not (B, T)", ("7",))]))
 
@@ -305,8 +323,17 @@ def _judge_ce_pads(obs: Observations) -> None:
 
 
 register("sequence_cross_entropy_ignores_pads", _judge_ce_pads)
-register("sequence_cross_entropy_gradients",
-         contract_check(_ce_contract_call(ref.sequence_cross_entropy), _CE_CONTRACT, 373, "sequence_cross_entropy"))
+_judge_ce_contract = contract_check(_ce_contract_call(ref.sequence_cross_entropy), _CE_CONTRACT, 373,
+                                    "sequence_cross_entropy")
+
+
+def _judge_ce_gradients(obs: Observations) -> None:
+    _judge_ce_contract(obs)
+    _judge_kept_on_meta(obs["meta"], "sequence_cross_entropy of logits and targets on the meta device", 1,
+                        known.LOSS_DEVICE)
+
+
+register("sequence_cross_entropy_gradients", _judge_ce_gradients)
 
 
 def _judge_ce_errors(obs: Observations) -> None:

@@ -352,6 +352,13 @@ def tf_int64_columns(tgt, start_id, end_id, pad_id):
     return tgt_in, padded.scatter(1, (tgt != pad_id).sum(1, keepdim=True), end_id)
 
 
+def tf_pad_column_on_the_cpu(tgt, start_id, end_id, pad_id):
+    _check_2d(tgt)
+    pad_column = torch.full((tgt.shape[0], 1), pad_id, dtype=tgt.dtype)  # the dtype thought of, the device not
+    padded = torch.cat([tgt, pad_column], dim=1)
+    return shift_right(padded, start_id), padded.scatter(1, (tgt != pad_id).sum(1, keepdim=True), end_id)
+
+
 def tf_no_check(tgt, start_id, end_id, pad_id):
     padded = _padded(tgt, pad_id)
     return shift_right(padded, start_id), padded.scatter(1, (tgt != pad_id).sum(1, keepdim=True), end_id)
@@ -460,6 +467,13 @@ def ce_targets_in_place(logits, targets, pad_id):
     _check_ce(logits, targets)
     targets[targets == pad_id] = -100
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def ce_pad_weight_on_the_cpu(logits, targets, pad_id):
+    _check_ce(logits, targets)
+    weight = torch.ones(logits.shape[-1], dtype=logits.dtype)  # "the pad class weighs nothing"; its device forgotten
+    weight[pad_id] = 0.0
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), weight=weight)
 
 
 def ce_no_check(logits, targets, pad_id):
@@ -595,6 +609,8 @@ WRONG = [
     Entry("teacher_forcing_pair", "<end> in tgt_in", tf_end_in_input, "end token in tgt_in",
           "teacher_forcing_pair_padding"),
     Entry("teacher_forcing_pair", "int64 columns", tf_int64_columns, DTYPE_CHANGED, "teacher_forcing_pair_contract"),
+    Entry("teacher_forcing_pair", "pad column built on the CPU", tf_pad_column_on_the_cpu, "device not kept",
+          "teacher_forcing_pair_contract"),
     Entry("teacher_forcing_pair", "no ValueError for a 1-D tgt", tf_no_check, NO_VALUE_ERROR,
           "teacher_forcing_pair_errors"),
     Entry("sequence_cross_entropy", "averaged over the padding", ce_over_padding, "loss averaged over the padding too",
@@ -619,6 +635,8 @@ WRONG = [
     Entry("sequence_cross_entropy", "no ValueError naming the shapes", ce_no_check, "ValueError without the shapes",
           "sequence_cross_entropy_errors"),
     Entry("sequence_cross_entropy", "dtype changed to float32", ce_float32, DTYPE_CHANGED,
+          "sequence_cross_entropy_gradients"),
+    Entry("sequence_cross_entropy", "class weights on the CPU", ce_pad_weight_on_the_cpu, "device not kept",
           "sequence_cross_entropy_gradients"),
     Entry("loss_positions", "last token only", loss_last_token_only, "loss on the last token only",
           "loss_positions_answer"),
