@@ -42,7 +42,7 @@ def test_at_least_one_chapter_is_declared() -> None:
 
 #: The chapters converted so far (issue 34 converts them all): none may fall back to writing its mistakes twice.
 CONVERTED = {"01_self_attention", "02_causal_masking", "03_cross_attention", "04_multi_head",
-             "05_positional_encoding", "06_transformer", "08_trained_attention", "09_flash_attention"}
+             "05_positional_encoding", "06_transformer", "07_gpt", "08_trained_attention", "09_flash_attention"}
 
 
 def test_the_converted_chapters_stay_declared() -> None:

@@ -1,9 +1,11 @@
 """Judges of Chapter 7 (``07_gpt``), against :mod:`solutions.gpt`.
 
 Every check id is the ``grade_id`` of the test cell that runs it; its cases and
-probe are in :mod:`autograder.checks.gpt`. Each ``Suspect`` recomputes, on the
-same inputs, what one plausible mistake would return, so that a failing
-learner is told which mistake it looks like. The reference modules are loaded
+probe are in :mod:`autograder.checks.gpt`. Every named mistake is declared once,
+in :mod:`attention_course.mistakes.gpt`, which the visible checks use too: the
+judges pass the reference, or the reference's parts, as the case
+(``declared(known.GROUP, reference, case=...)``) and raise the value-free ones
+with ``mistake(known.NAME, what, **fields)``. The reference modules are loaded
 with the same seeded weights the probes copy into the learner's (with the
 probes' own loaders), and run on the probes' own cache.
 """
@@ -17,10 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attention_course.testing import (
-    MODIFIED_IN_PLACE,
-    NO_RETURN,
-)
+from attention_course.mistakes import gpt as known
+from attention_course.testing import MODIFIED_IN_PLACE, NO_RETURN, KnownMistake
 from autograder.checks.core import Mistake, Observations, Raised
 from autograder.checks.gpt import (
     BLOCK_CACHE,
@@ -55,22 +55,22 @@ from autograder.checks.gpt import (
     BlockCase,
     GenerateCase,
     ModelCase,
-    ProbeCache,
     Rigged,
-    attention_weights,
+    _run_cache,
     build_attention,
     build_block,
     load_model,
 )
 from autograder.judges.core import (
     Compare,
-    Suspect,
+    declared,
     describe,
     judge,
     judge_answers,
     judge_cases,
     judge_tensor,
     judge_value_error,
+    mistake,
     register,
     told,
     unnamed,
@@ -78,76 +78,37 @@ from autograder.judges.core import (
 from solutions import gpt as ref
 
 NEG_INF = float("-inf")
-NO_CAUSAL_MASK = "no causal mask"
-NO_OFFSET = "mask without the cache offset"
-DROPOUT_IN_EVAL = "dropout applied in eval mode"
-ARGMAX = "argmax instead of a draw"
+
+
+def _quietly(build: Callable[[], Any]) -> Any:
+    """``build()``, leaving PyTorch's global random state as it was: a module's constructor draws its weights from
+    it, and a judge that runs in the learner's kernel must not change what the notebook's next cells draw."""
+    with torch.random.fork_rng(devices=[]):
+        return build()
+
+
+def _crash(known_mistake: KnownMistake, what: str, raised: Raised, named: bool = True) -> Mistake:
+    """What ``what`` raised, then the declared mistake such a crash most likely is (named when ``named``)."""
+    return Mistake(f"{what} {raised.describe()} — {known_mistake.text()}", known_mistake.name if named else None)
 
 
 # ================================================================ sample_next
 
-def _filtered(row: Tensor, temperature: float, top_k: int | None, top_p: float | None, *, after_softmax: bool = False,
-              times: bool = False, k_shift: int = 0, crossing: bool = True, p_first: bool = False,
-              ignore_k: bool = False, ignore_p: bool = False, exactly_k: bool = False) -> Tensor:
-    """The probabilities ``sample_next`` draws from, exactly, with one named mistake or none."""
-    logits = row.double()
-    scaled = logits if after_softmax else (logits * temperature if times else logits / temperature)
-
-    def nucleus(values: Tensor) -> Tensor:
-        probs, order = torch.softmax(values, -1).sort(descending=True)
-        before = probs.cumsum(-1) - probs
-        keep_sorted = before < top_p if crossing else probs.cumsum(-1) < top_p
-        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
-        return values.masked_fill(~keep, NEG_INF)
-
-    raw_nucleus = torch.isfinite(nucleus(logits)) if top_p is not None else None
-    if top_k is not None and not ignore_k:
-        k = max(1, min(top_k + k_shift, scaled.shape[-1]))
-        top = scaled.topk(k)
-        if exactly_k:  # the indices topk returns, ties with the k-th beyond them dropped
-            scaled = torch.full_like(scaled, NEG_INF).scatter(-1, top.indices, top.values)
-        else:
-            scaled = scaled.masked_fill(scaled < top.values[-1], NEG_INF)
-    if top_p is not None and not ignore_p:
-        scaled = scaled.masked_fill(~raw_nucleus, NEG_INF) if p_first else nucleus(scaled)
+def _probabilities(row: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> Tensor:
+    """The probabilities every draw of ``sample_next`` follows, exactly: softmax(logits / τ) after the top-k filter
+    (k taken between 1 and V) and the nucleus. The declared mistakes are these given other arguments."""
+    scaled = row.double() / temperature
+    if top_k is not None:
+        kth = scaled.topk(max(1, min(top_k, scaled.shape[-1]))).values[-1]
+        scaled = scaled.masked_fill(scaled < kth, NEG_INF)
+    if top_p is not None:
+        probs, order = torch.softmax(scaled, -1).sort(descending=True)
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, probs.cumsum(-1) - probs < top_p)
+        scaled = scaled.masked_fill(~keep, NEG_INF)
     return torch.softmax(scaled, -1)
 
 
-def _sampling_suspects(row: Tensor, temperature: float, top_k: int | None, top_p: float | None) -> list[Suspect]:
-    f = lambda **kw: lambda: _filtered(row, temperature, top_k, top_p, **kw)  # noqa: E731
-    suspects = []
-    if temperature != 1.0:
-        suspects += [
-            Suspect(f"the draws follow softmax(logits), untouched by the temperature {temperature:g}: divide the "
-                    f"logits by τ before the softmax (dividing the probabilities by τ changes nothing once they are "
-                    f"renormalised)", "temperature applied after the softmax", f(after_softmax=True)),
-            Suspect(f"the logits are multiplied by the temperature {temperature:g}: divide them by it (τ below 1 "
-                    f"sharpens, above 1 flattens)", "logits multiplied by the temperature", f(times=True)),
-        ]
-    if top_k is not None:
-        suspects += [
-            Suspect(f"it keeps {top_k - 1} tokens, one fewer than top_k={top_k}: keep every logit >= the k-th "
-                    f"largest, `logits < kth` is what gets -inf", "top-k keeps k-1", f(k_shift=-1)),
-            Suspect(f"it keeps {top_k + 1} tokens, one more than top_k={top_k}", "top-k keeps k+1", f(k_shift=1)),
-            Suspect(f"every token can be drawn: top_k={top_k} was not applied", "top_k ignored", f(ignore_k=True)),
-        ]
-        if int((row.double() / temperature >= row.double().div(temperature).topk(top_k).values[-1]).sum()) > top_k:
-            suspects.append(Suspect(f"exactly top_k={top_k} tokens are kept, though others tie with the k-th "
-                                    f"largest logit: keep every logit >= the k-th largest (`logits < kth` gets -inf), "
-                                    f"not the k indices torch.topk returns", "top-k drops ties with the k-th",
-                                    f(exactly_k=True)))
-    if top_p is not None:
-        suspects += [
-            Suspect(f"the token whose probability carries the running sum past top_p={top_p} is dropped: the "
-                    f"nucleus is the smallest set whose mass *reaches* top_p, so keep a token while the mass "
-                    f"before it is below top_p", "top-p drops the token that crosses p", f(crossing=False)),
-            Suspect(f"every token can be drawn: top_p={top_p} was not applied", "top_p ignored", f(ignore_p=True)),
-        ]
-        if temperature != 1.0 or top_k is not None:
-            suspects.append(Suspect("the nucleus was measured on the raw logits, before the temperature and top-k: "
-                                    "divide by τ, keep the top k, then take the nucleus of what is left",
-                                    "top-p applied first", f(p_first=True)))
-    return suspects
+_SAMPLING = declared(known.SAMPLING, _probabilities)
 
 
 def _judge_frequencies(observed: Any, row: Tensor, temperature: float, top_k: int | None, top_p: float | None,
@@ -158,17 +119,12 @@ def _judge_frequencies(observed: Any, row: Tensor, temperature: float, top_k: in
             f"temperature={temperature:g}, top_k={top_k}, top_p={top_p}")
     if isinstance(observed, Raised):
         if top_k is not None and f"size of tensor b ({DRAWS})" in observed.message:
-            raise Mistake(f"{what} {observed.describe()} — the k-th largest logit of shape (B,) is compared with the "
-                          f"columns, not the rows: keep its shape (B, 1), values[:, -1:] or keepdim=True",
-                          "threshold of another row")
+            raise _crash(known.THRESHOLD_CRASH, what, observed)
         raise Mistake(told(observed, what))
-    expected = _filtered(row, temperature, top_k, top_p)
+    expected = _probabilities(row, temperature, top_k, top_p)
     if _same_draws(observed, expected):
         return
-    if torch.equal(observed, torch.nn.functional.one_hot(row.argmax(), row.shape[0]).double()):
-        raise Mistake(f"{what}: every row gave the most likely token — draw with torch.multinomial(probs, 1, "
-                      f"generator=generator); only temperature=0 is the argmax", ARGMAX)
-    for suspect in _sampling_suspects(row, temperature, top_k, top_p):
+    for suspect in _SAMPLING(row, temperature, top_k, top_p):
         if _same_draws(observed, suspect.produce()):
             raise Mistake(f"{what}: {suspect.message}", suspect.name)
     drawn = (observed > 0).nonzero().flatten().tolist()
@@ -195,10 +151,7 @@ def _judge_square(got: Any, option: str) -> None:
         raise Mistake(unnamed(f"{what} should return 8 token ids, one per row; got {describe(got)}"))
     if torch.equal(got.long(), expected):
         return
-    raise Mistake(f"{what} gave {got.tolist()}, expected each row's most likely token, {expected.tolist()}: a row's "
-                  f"filter must use that row's own threshold — keep the (B, 1) shape, `values[:, -1:]` or "
-                  f"keepdim=True; a (B,) threshold is compared with the columns, not the rows",
-                  "threshold of another row")
+    raise mistake(known.ROW_THRESHOLD, call=what, got=got.tolist(), want=expected.tolist())
 
 
 def _judge_draws(check: Any, square: str | None = None) -> Callable[[Observations], None]:
@@ -224,9 +177,7 @@ def _judge_greedy(obs: Observations) -> None:
         if isinstance(got, Raised):
             about_zero = got.type == "ZeroDivisionError" or any(
                 word in got.message for word in ("inf", "nan", "division", "zero"))
-            raise Mistake(f"{what} {got.describe()} — temperature 0 is greedy decoding: return the argmax of each "
-                          f"row before dividing by the temperature",
-                          "temperature 0 divides by zero" if about_zero else None)
+            raise _crash(known.ZERO_TEMPERATURE, what, got, named=about_zero)
         expected = GREEDY_ROWS.argmax(dim=-1)
         if not isinstance(got, Tensor) or tuple(got.shape) != (5,):
             raise Mistake(unnamed(f"{what} should return 5 token ids, one per row; got {describe(got)}"))
@@ -247,14 +198,11 @@ def _judge_generator(obs: Observations) -> None:
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in (first, again, other)):
         raise Mistake(unnamed(f"{what} should return 40 token ids, one per row; got {describe(first)}"))
     if got["global_used"]:
-        raise Mistake(f"{what} drew from PyTorch's global random state instead of the generator it was given: pass "
-                      f"generator=generator to torch.multinomial, so that the same generator state gives the same "
-                      f"tokens", "global RNG instead of the generator")
+        raise mistake(known.GLOBAL_RNG, call=what)
     if not torch.equal(first, again):
         raise Mistake(f"{what}: two generators seeded alike gave different tokens — draw with the generator given")
     if torch.equal(first, other):
-        raise Mistake(f"{what}: generators seeded 5 and 6 gave the same 40 tokens — is anything drawn at all? Only "
-                      f"temperature=0 is the argmax", ARGMAX)
+        raise mistake(known.NOTHING_DRAWN, what)
     what = "sample_next(logits of shape (40, 6), temperature=1.0) without a generator, after torch.manual_seed"
     got = obs["default"]
     if isinstance(got, Raised):
@@ -262,9 +210,7 @@ def _judge_generator(obs: Observations) -> None:
     if not all(isinstance(t, Tensor) and tuple(t.shape) == (40,) for t in got):
         raise Mistake(unnamed(f"{what} should return 40 token ids; got {describe(got[0])}"))
     if not torch.equal(got[0], got[1]) or torch.equal(got[0], got[2]):
-        raise Mistake(f"{what}: the same global seed should give the same tokens and another seed others — "
-                      f"generator=None means PyTorch's global random state: pass generator=generator on as it is",
-                      "generator=None not the global RNG")
+        raise mistake(known.DEFAULT_NOT_GLOBAL, what)
 
 
 register("sample_next_generator", _judge_generator)
@@ -276,11 +222,10 @@ def _judge_sample_contract(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(told(got, what))
     if not isinstance(got, Tensor) or tuple(got.shape) != (1,) or got.dtype != torch.int64:
-        squeezed = isinstance(got, Tensor) and got.dim() == 0
-        raise Mistake(f"{what} returned {describe(got)}, not a LongTensor of shape (1,): one token id per row, "
-                      f"even for one row" + (" — `.squeeze()` takes the batch axis away too: take the draws' column "
-                                             "with `[:, 0]` or `.squeeze(-1)`" if squeezed else ""),
-                      "batch axis squeezed away" if squeezed else None)
+        if isinstance(got, Tensor) and got.dim() == 0:
+            raise mistake(known.BATCH_SQUEEZED, call=what, got=describe(got))
+        raise Mistake(f"{what} returned {describe(got)}, not a LongTensor of shape (1,): one token id per row, even "
+                      f"for one row")
     what = "sample_next(float64 logits of shape (5, 7), temperature=0.5, top_k=4, top_p=0.9)"
     got = obs["float64"]
     if isinstance(got, Raised):
@@ -301,47 +246,6 @@ register("sample_next_contract", _judge_sample_contract)
 
 # ================================================================ KVCache
 
-def _cache_variant(n_layers: int, updates: list, kind: str = "") -> tuple:
-    """What a cache with one named mistake (or none) returns and holds after ``updates``: (returned, keys, values,
-    False: keys and values are two lists)."""
-    keys: list[Any] = [None] * n_layers
-    values: list[Any] = [None] * n_layers
-    returned = []
-    for layer, k, v in updates:
-        new = (k, v)
-        slot = 0 if kind == "shared" else layer
-        old_k, old_v = keys[slot], values[slot]
-        if old_k is not None and kind != "overwrite":
-            dim = {"last axis": -1, "heads axis": 1}.get(kind, -2)
-            k = torch.cat((k, old_k) if kind == "new first" else (old_k, k), dim=dim)
-            if kind != "values replaced":
-                v = torch.cat((v, old_v) if kind == "new first" else (old_v, v), dim=dim)
-        keys[slot], values[slot] = k, v
-        returned.append(new if kind == "new returned" else (k, v))
-    if kind == "shared":
-        keys, values = [keys[0]] * n_layers, [values[0]] * n_layers
-    return tuple(returned), tuple(keys), tuple(values), False
-
-
-_CACHE_SUSPECTS = (
-    ("overwrite", "each update replaces the layer's keys and values with the new ones: append them, "
-                  "torch.cat([cached, new], dim=-2), so that the cache keeps every position",
-     "cache overwritten instead of appended"),
-    ("new first", "the new keys and values go before the cached ones: positions run in order, so append them "
-                  "after, torch.cat([cached, new], dim=-2)", "new keys put before the cached ones"),
-    ("last axis", "the new keys are appended along the last axis, d_head: positions are axis -2 of (B, n_kv_heads, "
-                  "T, d_head)", "appended along the wrong axis"),
-    ("heads axis", "the new keys are appended along axis 1, the heads: positions are axis -2 of (B, n_kv_heads, "
-                   "T, d_head)", "appended along the wrong axis"),
-    ("shared", "every layer writes into the same entry: each layer has its own keys and values — keep one entry "
-               "per layer, keys[layer] and values[layer]", "one entry for every layer"),
-    ("values replaced", "the keys are appended but the values are replaced by the new ones: append both, "
-                        "torch.cat([cached, new], dim=-2) for the values too", "values not appended"),
-    ("new returned", "update returns only the new keys and values: return everything the layer now holds, cached "
-                     "and new, which is what the attention must attend", "only the new keys returned"),
-)
-
-
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, Tensor) or isinstance(b, Tensor):
         return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.is_floating_point() \
@@ -349,6 +253,9 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return type(a) is type(b) and a == b
+
+
+_CACHE = declared(known.KV_UPDATES, None)
 
 
 def _judge_cache_update(obs: Observations) -> None:
@@ -362,21 +269,18 @@ def _judge_cache_update(obs: Observations) -> None:
         if any(r is None for r in returned):
             raise Mistake(f"{what}: update returned None — return the layer's keys and values, everything "
                           f"cached so far, as a pair (k, v)", NO_RETURN)
-        expected = _cache_variant(n_layers, updates)
+        expected = _run_cache(ref.KVCache, n_layers, updates)
         if _same(got, expected):
             return
         if shared is True:
-            raise Mistake(f"{what}: cache.keys and cache.values are one and the same list, so each layer's values "
-                          f"overwrite its keys — make two lists, `self.keys = [None] * n_layers` and "
-                          f"`self.values = [None] * n_layers` (not `self.keys = self.values = ...`)",
-                          "one list for keys and values")
-        for kind, message, name in _CACHE_SUSPECTS:
+            raise mistake(known.ONE_LIST, what)
+        for suspect in _CACHE(n_layers, updates):
             try:
-                suspect = _cache_variant(n_layers, updates, kind)
+                found = suspect.produce()
             except Exception:  # a mistake that cannot run on these updates is not what happened
                 continue
-            if _same(got, suspect):
-                raise Mistake(f"{what}: {message}", name)
+            if _same(got, found):
+                raise Mistake(f"{what}: {suspect.message}", suspect.name)
         for i, (r, e) in enumerate(zip(returned, expected[0], strict=True)):
             if not _same(r, e):
                 layer, k, _ = updates[i]
@@ -388,9 +292,8 @@ def _judge_cache_update(obs: Observations) -> None:
                                    f"{_shapes(keys)}"))
         untouched = [layer for layer in range(n_layers) if all(u[0] != layer for u in updates)]
         if any(keys[layer] is not None or values[layer] is not None for layer in untouched):
-            raise Mistake(f"{what}: layer {untouched[0]} was never updated, yet its entries are "
-                          f"{_shapes((keys[untouched[0]], values[untouched[0]]))}: an entry is None until its "
-                          f"layer's first update", "entries not None before the first update")
+            raise mistake(known.ENTRIES_NOT_NONE, what, layer=untouched[0],
+                          found=_shapes((keys[untouched[0]], values[untouched[0]])))
         raise Mistake(f"{what}: cache.keys and cache.values should hold, per layer, what the last update of that "
                       f"layer returned; got keys {_shapes(keys)}, values {_shapes(values)}")
 
@@ -415,14 +318,9 @@ def _judge_length(obs: Observations) -> None:
     what = f"KVCache({n_layers}).length, before and after each of {len(updates)} updates (every layer in turn)"
     if isinstance(got, Raised):
         raise Mistake(told(got, what))
-    positions, counts, summed, last = [0], [0], [0], [0]
-    seen = [0] * n_layers
-    for i, (layer, k, _) in enumerate(updates):
-        seen[layer] += k.shape[-2]
-        positions.append(seen[0])
-        counts.append(i + 1)
-        summed.append(sum(seen))
-        last.append(seen[-1])
+    positions = [0]
+    for layer, k, _ in updates:
+        positions.append(positions[-1] + (k.shape[-2] if layer == 0 else 0))
     got = list(got)
     odd = next((n for n in got if not isinstance(n, (int, float)) and not (isinstance(n, Tensor) and n.dim() == 0)),
                None)
@@ -430,15 +328,9 @@ def _judge_length(obs: Observations) -> None:
         raise Mistake(unnamed(f"{what} should be an int, the number of positions cached; got {describe(odd)}"))
     if got == positions:
         return
-    for wrong, message, name in (
-            (counts, "it counts the calls to update; T_cache is the number of positions cached, the length of "
-                     "axis -2 of a layer's keys", "length counts updates, not positions"),
-            (summed, "it adds up the positions of every layer; every layer holds the same positions, so T_cache is "
-                     "one layer's count, that of layer 0", "length summed over the layers"),
-            (last, "it reads the last layer, which the model fills last: while a step runs, layer 0 already holds the "
-                   "new positions — read layer 0's keys", "length read from the last layer")):
-        if got == wrong:
-            raise Mistake(f"{what} gave {got}: {message}", name)
+    for suspect in declared(known.LENGTHS, None)(n_layers, updates):
+        if got == suspect.produce():
+            raise Mistake(f"{what} gave {got}: {suspect.message}", suspect.name)
     raise Mistake(f"{what} gave {got}, expected {positions}: 0 before the first update, then the positions held by "
                   f"layer 0")
 
@@ -448,58 +340,19 @@ register("KVCache_length", _judge_length)
 
 # ================================================================ GroupedQueryAttention
 
-def _gqa_manual(case: AttnCase, x: Tensor, *, interleaved: bool = False, causal: bool = True,
-                scale_by: int | None = None, project_out: bool = True, chunks: tuple[int, ...] = (),
-                offset: bool = True, cached: bool = True) -> Tensor:
-    """Grouped-query attention written out with the seeded weights, with one named mistake or none. ``chunks``
-    feeds ``x`` piece by piece with a cache (``offset``: the mask lines the queries up with the cached keys;
-    ``cached``: earlier chunks' keys are kept at all)."""
-    w = attention_weights(case.d, case.n_heads, case.n_kv, case.seed)
-    d_head, group = case.d // case.n_heads, case.n_heads // case.n_kv
-
-    def heads(t: Tensor, n: int) -> Tensor:
-        return t.reshape(t.shape[0], t.shape[1], n, d_head).transpose(1, 2)
-
-    outs, keys, values = [], None, None
-    for start, t in _pieces(chunks or (x.shape[1],)):
-        piece = x[:, start:start + t]
-        q = heads(piece @ w["w_q"].T + w["b_q"], case.n_heads)
-        k = heads(piece @ w["w_k"].T + w["b_k"], case.n_kv)
-        v = heads(piece @ w["w_v"].T + w["b_v"], case.n_kv)
-        if cached and keys is not None:
-            k, v = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
-        keys, values = k, v
-        index = torch.arange(case.n_heads) % case.n_kv if interleaved else torch.arange(case.n_heads) // group
-        k, v = k[:, index], v[:, index]  # (B, n_heads, T_k, d_head)
-        t_k = k.shape[-2]
-        mask = torch.ones(t, t_k, dtype=torch.bool).tril(t_k - t if offset else 0) if causal else None
-        scores = q @ k.transpose(-2, -1) / math.sqrt(scale_by or d_head)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, NEG_INF)
-        merged = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(piece.shape[0], t, case.d)
-        outs.append(merged @ w["w_o"].T + w["b_o"] if project_out else merged)
-    return torch.cat(outs, dim=1)
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Chapter 1's attention on the heads: softmax(q kᵀ / √d_head) v, a key where ``mask`` is False at -inf."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, NEG_INF)
+    return torch.softmax(scores, -1) @ v
 
 
-def _pieces(chunks: tuple[int, ...]) -> list[tuple[int, int]]:
-    starts = [sum(chunks[:i]) for i in range(len(chunks))]
-    return list(zip(starts, chunks, strict=True))
-
-
-def _gqa_suspects(case: AttnCase) -> list[Suspect]:
-    run = lambda **kw: lambda: _gqa_manual(case, case.x, **kw)  # noqa: E731
-    return [
-        Suspect("query head h reads key/value head h % n_kv_heads: `k.repeat(1, group, 1, 1)` tiles the heads "
-                "(0, 1, 0, 1 …), but a group is *consecutive* query heads, so head h reads head h // group — use "
-                "`repeat_interleave(group, dim=1)`, or reshape the queries into groups", "repeat instead of "
-                "repeat_interleave", run(interleaved=True)),
-        Suspect("no causal mask: every token attends the tokens after it — mask with causal_mask(T, T_k)",
-                NO_CAUSAL_MASK, run(causal=False)),
-        Suspect(f"the scores are scaled by √d_model = √{case.d} instead of √d_head = √{case.d // case.n_heads}",
-                "scaled by √d_model instead of √d_head", run(scale_by=case.d)),
-        Suspect("the heads are merged but not projected: the output goes through w_o", "w_o not applied",
-                run(project_out=False)),
-    ]
+def _gqa_case(case: AttnCase) -> tuple:
+    """A case as the declarations take it: x, the reference's module (its four projections, with the case's
+    weights), the heads and the chunks."""
+    attn = _quietly(lambda: build_attention(ref.GroupedQueryAttention, case))
+    return case.x, attn, case.n_heads, case.n_kv, case.chunks
 
 
 def _gqa_reference(case: AttnCase) -> Tensor:
@@ -507,21 +360,19 @@ def _gqa_reference(case: AttnCase) -> Tensor:
         return build_attention(ref.GroupedQueryAttention, case)(case.x)
 
 
-judge(Compare(GQA_FORWARD, _gqa_reference, lambda case: case.what(), _gqa_suspects,
+judge(Compare(GQA_FORWARD, _gqa_reference, lambda case: case.what(), declared(known.GROUPED, _attend, case=_gqa_case),
               hint="split the queries into n_heads heads and the keys and values into n_kv_heads; query head h "
                    "reads key/value head h // (n_heads // n_kv_heads); causal mask; then w_o"))
 
 
 def _offset_crash(raised: Raised, what: str) -> Mistake:
     if "must match the size" in raised.message or "expanded size" in raised.message:
-        return Mistake(f"{what} {raised.describe()} — with a cache the scores are (T, T_cache + T), so the mask must "
-                       f"be causal_mask(T, T_cache + T), whose offset lines the new queries up with the cached keys; "
-                       f"causal_mask(T) is (T, T)", NO_OFFSET)
+        return _crash(known.NO_OFFSET_CRASH, what, raised)
     return Mistake(told(raised, what))
 
 
-def _judge_cached(got: Any, what: str, expected: Tensor, suspects: list[Suspect], keys_expected: tuple,
-                  layer: int, n_heads: int) -> None:
+def _judge_cached(got: Any, what: str, expected: Tensor, suspects: list, keys_expected: tuple, layer: int,
+                  n_heads: int) -> None:
     if isinstance(got, Raised):
         raise _offset_crash(got, what)
     out, keys = got
@@ -532,32 +383,23 @@ def _judge_cached(got: Any, what: str, expected: Tensor, suspects: list[Suspect]
     if keys == keys_expected:
         return
     if keys[layer] is None and any(k is not None for k in keys):
-        raise Mistake(f"{what}: the keys went into the cache's entry {keys.index(next(k for k in keys if k))}, not "
-                      f"entry {layer}: pass `layer` on to cache.update(layer, k, v)", "layer argument ignored")
+        raise mistake(known.LAYER_IGNORED, what, entry=keys.index(next(k for k in keys if k)), layer=layer)
     shape = keys_expected[layer]
     if keys[layer] is not None and keys[layer][1] == n_heads != shape[1]:
-        raise Mistake(f"{what}: the cache holds keys {keys[layer]}, one per query head; it should hold the "
-                      f"n_kv_heads = {shape[1]} key/value heads, {shape} — cache k and v before expanding them to "
-                      f"the query heads, or grouped-query attention saves no memory", "repeated heads cached")
+        raise mistake(known.REPEATED_HEADS_CACHED, what, found=keys[layer], n_kv=shape[1], shape=shape)
     raise Mistake(f"{what}: the cache holds keys of shapes {keys}, expected {keys_expected}: cache.update(layer, "
                   f"k, v) takes k and v of shape (B, n_kv_heads, T, d_head) and keeps them as they are")
+
+
+_GQA_CACHED = declared(known.GROUPED_CACHED, _attend, case=_gqa_case)
 
 
 def _judge_gqa_cache(obs: Observations) -> None:
     def one(got: Any, case: AttnCase) -> None:
         what = f"{case.what()} fed in chunks of {list(case.chunks)} with a cache, as layer 1"
-        suspects = [
-            Suspect("the mask has no offset: new query i attends only keys 0..i of the whole sequence, not the cached "
-                    "keys before it — use causal_mask(T, T_cache + T), which lines the last query up with the last "
-                    "key", NO_OFFSET, lambda: _gqa_manual(case, case.x, chunks=case.chunks, offset=False)),
-            Suspect("each chunk attends only its own keys: append them to the cache, k, v = cache.update(layer, k, "
-                    "v), and attend everything it returns", "cache not used",
-                    lambda: _gqa_manual(case, case.x, chunks=case.chunks, cached=False)),
-            *_gqa_suspects(case),
-        ]
         d_head = case.d // case.n_heads
         keys = (None, (case.x.shape[0], case.n_kv, case.x.shape[1], d_head))
-        _judge_cached(got, what, _gqa_reference(case), suspects, keys, 1, case.n_heads)
+        _judge_cached(got, what, _gqa_reference(case), _GQA_CACHED(case), keys, 1, case.n_heads)
 
     judge_cases((got, lambda got, case=case: one(got, *case))
                 for case, got in zip(GQA_CACHE.cases, obs[GQA_CACHE.key], strict=True))
@@ -580,19 +422,15 @@ def _judge_gqa_projections(obs: Observations) -> None:
             if facts.get("type") != "Linear":
                 raise Mistake(f"{what}.{name} should be an nn.Linear, got {facts.get('type')}")
             if tuple(facts["weight"]) != (rows, d):
+                found = f"{facts['weight'][1]} -> {facts['weight'][0]}"
                 if key == "default":
-                    raise Mistake(f"{what}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, "
-                                  f"expected {d} -> {rows}: n_kv_heads=None means one key/value head per query "
-                                  f"head, n_kv_heads = n_heads = {h}", "n_kv_heads=None not taken as n_heads")
+                    raise mistake(known.KV_HEADS_DEFAULT, call=what, name=name, found=found, d=d, n_heads=h)
                 if name in ("w_k", "w_v") and tuple(facts["weight"]) == (d, d):
-                    raise Mistake(f"{what}.{name} maps {d} -> {d} features: it makes n_kv_heads = {kv} heads of "
-                                  f"d_head = {d // h}, {width} features, the whole point of sharing them — "
-                                  f"nn.Linear(d_model, n_kv_heads * d_head)", "w_k and w_v of width d_model")
-                raise Mistake(f"{what}.{name} maps {facts['weight'][1]} -> {facts['weight'][0]} features, expected "
-                              f"{d} -> {rows}")
+                    raise mistake(known.W_KV_OF_D_MODEL, call=what, name=name, d=d, n_kv=kv, d_head=d // h,
+                                  width=width)
+                raise Mistake(f"{what}.{name} maps {found} features, expected {d} -> {rows}")
             if facts["bias"] != bias:
-                raise Mistake(f"{what}.{name} should {'have' if bias else 'have no'} bias — pass bias=bias to "
-                              f"nn.Linear", "bias argument ignored")
+                raise mistake(known.BIAS_IGNORED, call=what, name=name, have="have" if bias else "have no")
     for (call, _), raised in zip(GQA_ERRORS, obs["errors"], strict=True):
         judge_value_error(raised, call, ())
 
@@ -614,12 +452,9 @@ def _judge_gqa_dropout(obs: Observations) -> None:
             raise Mistake(unnamed(f"{call} in {mode} mode should return {tuple(none.shape)}; got "
                                    f"{describe(obs[key])}"))
     if not torch.allclose(obs["eval"], none, atol=1e-5, rtol=1e-4):
-        raise Mistake(f"{call} in eval mode gives another output than with dropout=0.0: dropout acts in training "
-                      f"mode only — use an nn.Dropout module, or F.dropout(..., training=self.training)",
-                      DROPOUT_IN_EVAL)
+        raise mistake(known.ATTENTION_DROPOUT_IN_EVAL, call=call)
     if torch.allclose(obs["train"], none, atol=1e-5, rtol=1e-4):
-        raise Mistake(f"{call} in training mode gives the output without dropout: apply self.dropout to the "
-                      f"attention weights, before they multiply v", "dropout ignored")
+        raise mistake(known.ATTENTION_DROPOUT_IGNORED, call=call)
 
 
 register("GroupedQueryAttention_dropout", _judge_gqa_dropout)
@@ -634,34 +469,10 @@ def _block_parts(case: BlockCase) -> Any:
     return build_block(ref.GPTBlock, case)
 
 
-def _block_variant(case: BlockCase, x: Tensor, *, post_norm: bool = False, residual: tuple[bool, bool] = (True, True),
-                   from_normed: bool = False, swapped: bool = False) -> Tensor:
-    block = _block_parts(case)
-    norms = (block.norm2, block.norm1) if swapped else (block.norm1, block.norm2)
-    with torch.no_grad():
-        for f, norm, keep in zip((block.attn, block.ff), norms, residual, strict=True):
-            if post_norm:
-                x = norm(x + f(x)) if keep else norm(f(x))
-            else:
-                h = norm(x)
-                x = ((h if from_normed else x) + f(h)) if keep else f(h)
-    return x
-
-
-def _block_suspects(case: BlockCase, x: Tensor) -> list[Suspect]:
-    run = lambda **kw: lambda: _block_variant(case, x, **kw)  # noqa: E731
-    return [
-        Suspect("it normalises after adding the residual, LN(x + f(x)): that is Chapter 6's post-norm; a GPT block "
-                "is pre-norm, x + f(LN(x))", "post-norm instead of pre-norm", run(post_norm=True)),
-        Suspect("the attention's output is not added back to its input: x + attn(norm1(x))",
-                "residual missing around the attention", run(residual=(False, True))),
-        Suspect("the feed-forward output is not added back to its input: h + ff(norm2(h))",
-                "residual missing around the feed-forward network", run(residual=(True, False))),
-        Suspect("the residual adds the normalised input, LN(x) + f(LN(x)); pre-norm adds the raw input, "
-                "x + f(LN(x))", "residual taken from the normalised x", run(from_normed=True)),
-        Suspect("norm2 serves the attention and norm1 the feed-forward network: norm1 comes first",
-                "norm1 and norm2 swapped", run(swapped=True)),
-    ]
+def _block_case(case: BlockCase) -> tuple:
+    """A case as the declarations take it: x, the reference block's parts (with the case's weights), the chunks."""
+    block = _quietly(lambda: _block_parts(case))
+    return case.x, block.attn, block.ff, block.norm1, block.norm2, case.chunks
 
 
 def _block_reference(case: BlockCase) -> Tensor:
@@ -680,9 +491,7 @@ def with_dropout(compare: Compare, dropout: Callable[..., float], training: Any)
             expected = compare.reference(*case)
             if out.shape == expected.shape and not torch.allclose(out.double(), expected.double(), atol=compare.atol,
                                                                   rtol=compare.rtol, equal_nan=True):
-                raise Mistake(f"{compare.what(*case)} gives another output than without dropout: dropout acts in "
-                              f"training mode only — nn.Dropout modules, or F.dropout(..., training=self.training)",
-                              DROPOUT_IN_EVAL)
+                raise mistake(known.DROPOUT_IN_EVAL, call=compare.what(*case))
         compare.judge_one(out, *case)
 
     def judge_all(obs: Observations) -> None:
@@ -695,31 +504,23 @@ def with_dropout(compare: Compare, dropout: Callable[..., float], training: Any)
         if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
             raise Mistake(unnamed(f"{what} should return a tensor; got {describe(got)}"))
         if got[0].shape == got[1].shape and torch.equal(got[0], got[1]):
-            raise Mistake(f"{what} gave the same output under two random seeds: the dropout it was given never acts "
-                          f"— pass it on (nn.Dropout(dropout), and dropout= to the parts that take it)",
-                          "dropout ignored")
+            raise mistake(known.DROPOUT_NEVER_ACTS, call=what)
 
     return judge_all
 
 
 register(BLOCK_FORWARD.id, with_dropout(Compare(
-    BLOCK_FORWARD, _block_reference, lambda case: case.what(), lambda case: _block_suspects(case, case.x),
+    BLOCK_FORWARD, _block_reference, lambda case: case.what(), declared(known.BLOCK, None, case=_block_case),
     hint="x = x + attn(norm1(x)), then x = x + ff(norm2(x))"), lambda case: case.dropout, BLOCK_TRAINING))
+
+_BLOCK_CACHED = declared(known.BLOCK_CACHED, None, case=_block_case)
 
 
 def _judge_block_cache(obs: Observations) -> None:
     def one(got: Any, case: BlockCase) -> None:
-        block = _block_parts(case)
-
-        def chunks_alone() -> Tensor:
-            with torch.no_grad():
-                return torch.cat([block(case.x[:, s:s + t]) for s, t in _pieces(case.chunks)], dim=1)
-
-        suspects = [Suspect("each chunk attends only itself: pass the cache and the layer on to the attention, "
-                            "self.attn(self.norm1(x), cache, layer)", "cache not passed on", chunks_alone),
-                    *_block_suspects(case, case.x)]
         keys = (None, None, (case.x.shape[0], case.n_kv, case.x.shape[1], case.d // case.n_heads))
-        _judge_cached(got, f"{case.what()} as layer 2", _block_reference(case), suspects, keys, 2, case.n_heads)
+        _judge_cached(got, f"{case.what()} as layer 2", _block_reference(case), _BLOCK_CACHED(case), keys, 2,
+                      case.n_heads)
 
     judge_cases((got, lambda got, case=case: one(got, *case))
                 for case, got in zip(BLOCK_CACHE.cases, obs[BLOCK_CACHE.key], strict=True))
@@ -734,38 +535,9 @@ def _model(case: ModelCase) -> Any:
     return load_model(ref.GPT(case.config), case.config, case.seed)
 
 
-def _gpt_variant(case: ModelCase, *, final_norm: bool = True, positions: bool = True, scaled: bool = False,
-                 restart: bool = False, pass_cache: bool = True) -> Tensor:
-    """The logits of the reference model, run with one named mistake (fed in ``case.chunks`` with a cache when
-    there are any)."""
-    model = _model(case)
-    cache = ProbeCache(case.config.n_layers)
-    outs = []
-    with torch.no_grad():
-        for start, t in _pieces(case.chunks or (case.tokens.shape[1],)):
-            tokens = case.tokens[:, start:start + t]
-            first = 0 if restart or not case.chunks else start
-            x = model.tok_embed(tokens) * (math.sqrt(case.config.d_model) if scaled else 1.0)
-            if positions:
-                x = x + model.pos_embed(torch.arange(first, first + t))
-            for layer, block in enumerate(model.blocks):
-                x = block(x, cache if pass_cache and case.chunks else None, layer)
-            outs.append(model.out(model.norm(x) if final_norm else x))
-    return torch.cat(outs, dim=1)
-
-
-def _gpt_suspects(case: ModelCase) -> list[Suspect]:
-    run = lambda **kw: lambda: _gpt_variant(case, **kw)  # noqa: E731
-    return [
-        Suspect("the last block's output goes to the output layer without the final LayerNorm: pre-norm blocks "
-                "leave their output unnormalised, so the model ends with self.norm", "missing final LayerNorm",
-                run(final_norm=False)),
-        Suspect("no position is added: x = tok_embed(tokens) + pos_embed(positions)", "positions not added",
-                run(positions=False)),
-        Suspect(f"the token embeddings are multiplied by √d_model = {math.sqrt(case.config.d_model):g}, as Chapter "
-                f"6's Transformer did; a GPT adds E[tokens] and the positions as they are",
-                "embeddings scaled by √d_model", run(scaled=True)),
-    ]
+def _model_case(case: ModelCase) -> tuple:
+    """A case as the declarations take it: the reference model (with the case's weights), the tokens, the chunks."""
+    return _quietly(lambda: _model(case)), case.tokens, case.chunks
 
 
 def _gpt_reference(case: ModelCase) -> Tensor:
@@ -774,21 +546,11 @@ def _gpt_reference(case: ModelCase) -> Tensor:
 
 
 register(MODEL_FORWARD.id, with_dropout(Compare(
-    MODEL_FORWARD, _gpt_reference, lambda case: case.what(), _gpt_suspects,
+    MODEL_FORWARD, _gpt_reference, lambda case: case.what(), declared(known.MODEL, None, case=_model_case),
     hint="logits = out(norm(blocks(tok_embed(tokens) + pos_embed(0..T-1))))"), lambda case: case.config.dropout,
     MODEL_TRAINING))
 
-
-def _gpt_cache_suspects(case: ModelCase) -> list[Suspect]:
-    run = lambda **kw: lambda: _gpt_variant(case, **kw)  # noqa: E731
-    return [
-        Suspect("the positions restart at 0 for every chunk: with a cache, the new tokens sit at positions "
-                "T_cache .. T_cache + T - 1, cache.length onwards", "positions restart at 0 with a cache",
-                run(restart=True)),
-        Suspect("the cache is not passed on to the blocks, so each chunk attends only itself: block(x, cache, "
-                "layer) for every layer", "cache not passed on", run(pass_cache=False)),
-        *_gpt_suspects(case),
-    ]
+_MODEL_CACHED = declared(known.MODEL_CACHED, None, case=_model_case)
 
 
 def _judge_gpt_cache(obs: Observations) -> None:
@@ -796,7 +558,7 @@ def _judge_gpt_cache(obs: Observations) -> None:
         what = case.what()
         if isinstance(got, Raised):
             raise _offset_crash(got, what)
-        judge_tensor(got, _gpt_reference(case), what, _gpt_cache_suspects(case),
+        judge_tensor(got, _gpt_reference(case), what, _MODEL_CACHED(case),
                      hint="the logits of every chunk must be those the model gives these positions in one pass")
 
     judge_cases((got, lambda got, case=case: one(got, *case))
@@ -808,9 +570,6 @@ def _judge_gpt_cache(obs: Observations) -> None:
 
 
 register("GPT_cache", _judge_gpt_cache)
-
-EMBEDDINGS_STD_1 = "embeddings left at std 1"
-BLOCKS_NOT_REGISTERED = "blocks not registered"
 
 
 def _judge_gpt_parts(obs: Observations) -> None:
@@ -825,35 +584,25 @@ def _judge_gpt_parts(obs: Observations) -> None:
         if not isinstance(table, dict) or tuple(table["shape"]) != (rows, 64):
             raise Mistake(unnamed(f"{what}.{name} should be an nn.Embedding({rows}, 64); got {table}"))
         if table["std"] > 0.5:
-            raise Mistake(f"{what}.{name} has weights of std {table['std']:.2f}, nn.Embedding's default: start them "
-                          f"at std 0.02, nn.init.normal_(weight, std=0.02), as GPT-2 does, so that the first logits "
-                          f"are near 0", EMBEDDINGS_STD_1)
+            raise mistake(known.EMBEDDINGS_AT_STD_1, call=what, name=name, std=table["std"])
         if not 0.015 < table["std"] < 0.025:
             raise Mistake(f"{what}.{name} has weights of std {table['std']:.3f}; start them at std 0.02")
     if got["blocks_type"] in ("list", "tuple"):
-        raise Mistake(f"{what}.blocks is a Python {got['blocks_type']}: its blocks' parameters are not registered, so "
-                      f"model.parameters() leaves them out and no optimiser trains them — nn.ModuleList([...])",
-                      BLOCKS_NOT_REGISTERED)
+        raise mistake(known.BLOCKS_IN_A_LIST, call=what, kind=got["blocks_type"])
     if got["blocks"] != 3:
         raise Mistake(unnamed(f"{what}.blocks should be an nn.ModuleList of n_layers = 3 GPTBlocks; got "
                                f"{got['blocks']}"))
     if not got["config"]:
-        raise Mistake(f"{what}.config is not the config it was given: keep it, self.config = config (generate reads "
-                      f"model.config.n_layers and max_len)", "config not kept")
+        raise mistake(known.CONFIG_NOT_KEPT, call=what)
     if got["norm"] != "LayerNorm":
-        raise Mistake(f"{what}.norm is {got['norm']}: the pre-norm blocks leave their output unnormalised, so the "
-                      f"model ends with a final nn.LayerNorm(d_model) before the output layer",
-                      "missing final LayerNorm")
+        raise mistake(known.NO_FINAL_NORM, call=what, found=got["norm"])
     out = got["out"]
     if out.get("type") != "Linear" or tuple(out["weight"]) != (300, 64):
         raise Mistake(unnamed(f"{what}.out should be an nn.Linear(64, 300, bias=False); got {out}"))
     if not got["tied"]:
-        raise Mistake(f"{what}.out has a weight of its own: tie it to the token embedding, self.out.weight = "
-                      f"self.tok_embed.weight, one (vocab, d_model) Parameter that reads tokens in and scores them "
-                      f"out", "untied output layer")
+        raise mistake(known.UNTIED, call=what)
     if out["bias"]:
-        raise Mistake(f"{what}.out has a bias: a token's logit is the dot product of the final vector with its "
-                      f"embedding, nn.Linear(d_model, vocab, bias=False)", "output layer with a bias")
+        raise mistake(known.OUTPUT_BIAS, call=what)
 
 
 register("GPT_parts", _judge_gpt_parts)
@@ -871,9 +620,7 @@ def _judge_initial(got: Any) -> None:
     if isinstance(got, Raised):
         raise Mistake(told(got, f"{what}, made as type(model)(model.config),"))
     if not math.isfinite(got) or got > _LN_V + FIRST_LOSS_ABOVE_LN_V:
-        raise Mistake(f"{what} has a loss of {got:.2f}, far above ln V = {_LN_V:.2f}: its logits are not near 0 — "
-                      f"initialise tok_embed and pos_embed with std 0.02, nn.init.normal_(weight, std=0.02)",
-                      EMBEDDINGS_STD_1)
+        raise mistake(known.FIRST_LOSS_HIGH, call=what, loss=got, ln_v=_LN_V)
 
 
 def _judge_trains(obs: Observations) -> None:
@@ -889,9 +636,7 @@ def _judge_trains(obs: Observations) -> None:
     if isinstance(got, Raised):
         raise Mistake(told(got, _TRAINED))
     if got["sees_future"]:
-        raise Mistake(f"{_TRAINED}: changing the second half of a sequence changed the logits of its first half, so "
-                      f"every position sees the tokens after it — in training it copies the next token instead of "
-                      f"predicting it. Mask with causal_mask(T, T_cache + T)", NO_CAUSAL_MASK)
+        raise mistake(known.SEES_THE_FUTURE, _TRAINED)
     loss = got["loss"]
     if math.isfinite(loss) and loss < TRAINS_BELOW:
         return
@@ -903,15 +648,9 @@ def _judge_trains(obs: Observations) -> None:
 
 register("GPT_trains", _judge_trains)
 
-_WHY_PART = {
-    "unregistered": ("its parameters are not among model.parameters(), so the optimiser never sees them — keep "
-                     "modules in nn.ModuleList, not a Python list", BLOCKS_NOT_REGISTERED),
-    "frozen": ("its parameters have requires_grad=False, so they never train — nn.Embedding.from_pretrained freezes "
-               "its table unless freeze=False; make the table with nn.Embedding(...)", "parameters not trained"),
-    "no gradient": ("no gradient of the loss reaches it — something detaches it: `.detach()`, `.data`, "
-                    "`torch.no_grad()`, or a new tensor built from it", "parameters not trained"),
-    "missing": ("the model has no such part: name the parts tok_embed, pos_embed, blocks and norm", None),
-}
+#: Why a part of the model is not trained, by what the probe found of it.
+_WHY_PART = {"unregistered": known.PART_UNREGISTERED, "frozen": known.PART_FROZEN,
+             "no gradient": known.PART_WITHOUT_GRADIENT}
 
 
 def _judge_copies(obs: Observations) -> None:
@@ -934,12 +673,13 @@ def _judge_copies(obs: Observations) -> None:
             f"100%; a model without attention about 10%, the tokens that usually follow)")
     if isinstance(parts, dict):
         for part, state in parts.items():
-            if state != "trained" and state in _WHY_PART:
-                message, name = _WHY_PART[state]
-                raise Mistake(f"{head}: GPT.{part} is not trained — {message}", name)
+            if state in _WHY_PART:
+                raise mistake(_WHY_PART[state], head, part=part)
+            if state == "missing":
+                raise Mistake(f"{head}: GPT.{part} is not trained — the model has no such part: name the parts "
+                              f"tok_embed, pos_embed, blocks and norm")
     if isinstance(initial, float) and initial > _LN_V + FIRST_LOSS_ABOVE_LN_V:
-        raise Mistake(f"{head}: untrained, its loss is {initial:.2f}, far above ln V = {_LN_V:.2f} — "
-                      f"initialise tok_embed and pos_embed with std 0.02", EMBEDDINGS_STD_1)
+        raise mistake(known.NOT_COPYING_LARGE_EMBEDDINGS, head, initial=initial, ln_v=_LN_V)
     raise Mistake(f"{head}. The token to write is 9 positions back: only attention reads it. Are the positions added, "
                   f"and does each block's attention reach the earlier positions?")
 
@@ -949,32 +689,16 @@ register("GPT_copies", _judge_copies)
 
 # ================================================================ generate
 
-def _generate_variant(model: Rigged, prompt: Tensor, new: int, use_cache: bool, *, keep_prompt: bool = True,
-                      extra: int = 0, position: int = -1) -> Tensor:
-    """Greedy generation with one named mistake, or none."""
-    tokens = prompt
-    for _ in range(new + extra):
-        logits = model(tokens)
-        tokens = torch.cat([tokens, logits[:, position].argmax(-1, keepdim=True)], dim=1)
-    return tokens if keep_prompt else tokens[:, prompt.shape[1]:]
-
-
-def _generate_suspects(case: GenerateCase) -> list[Suspect]:
-    def run(**kw: Any) -> Callable[[], Tensor]:
-        return lambda: _generate_variant(Rigged(), torch.tensor(case.prompt), case.new, case.use_cache, **kw)
-
-    return [
-        Suspect("it returns only the new tokens: return the prompt followed by them, (B, T0 + max_new_tokens)",
-                "prompt dropped", run(keep_prompt=False)),
-        Suspect("it adds one token more than max_new_tokens", "one token too many", run(extra=1)),
-        Suspect("it adds one token fewer than max_new_tokens", "one token too few", run(extra=-1)),
-        Suspect("each step reads the logits of the first position: the next token is predicted by the last one, "
-                "logits[:, -1]", "logits of the first position", run(position=0)),
-    ]
+def _greedy(model: Any, prompt: Tensor, new: int) -> Tensor:
+    return ref.generate(model, prompt, new, use_cache=False, temperature=0.0)
 
 
 def _expected_tokens(case: GenerateCase) -> Tensor:
     return ref.generate(Rigged(), torch.tensor(case.prompt), case.new, use_cache=False, **dict(case.options))
+
+
+#: generate's greedy cases as the declarations take them: the stand-in model, the prompt, max_new_tokens
+_GENERATE = declared(known.GENERATE, _greedy, case=lambda case: (Rigged(), torch.tensor(case.prompt), case.new))
 
 
 def _judge_tokens_of(got: Any, case: GenerateCase) -> dict[str, Any]:
@@ -987,7 +711,7 @@ def _judge_tokens_of(got: Any, case: GenerateCase) -> dict[str, Any]:
         raise Mistake(unnamed(f"{what} should return a (B, T0 + max_new_tokens) tensor of token ids; got "
                                f"{describe(out)}"))
     if out.shape == expected.shape and out.dtype != torch.int64:
-        raise Mistake(f"{what} returned {out.dtype} — token ids are a LongTensor (int64)", "token ids not int64")
+        raise mistake(known.TOKENS_NOT_INT64, call=what, dtype=out.dtype)
     return {"what": what, "out": out, "expected": expected}
 
 
@@ -996,29 +720,20 @@ def _judge_generate_tokens(obs: Observations) -> None:
         found = _judge_tokens_of(got, case)
         what, out, expected = found["what"], found["out"], found["expected"]
         if any(c is not None for _, c in got["calls"]):
-            raise Mistake(f"{what} gave the model a cache: without use_cache every step feeds the whole sequence and "
-                          f"no cache — make a KVCache only when use_cache is True", "cache used without use_cache")
+            raise mistake(known.CACHE_WITHOUT_USE_CACHE, call=what)
         if not torch.equal(out, expected):
-            for suspect in _generate_suspects(case):
+            for suspect in _GENERATE(case):
                 candidate = suspect.produce()
                 if candidate.shape == out.shape and torch.equal(candidate, out):
                     raise Mistake(f"{what}: {suspect.message}", suspect.name)
             raise Mistake(f"{what} gave {out.tolist()}, expected {expected.tolist()}: at every step, the next token "
                           f"comes from the logits of the last position, and is appended")
         if case.new and any(got["modes"]):
-            raise Mistake(f"{what} ran the model in training mode: call model.eval() first (dropout would make the "
-                          f"tokens random), and give back the mode it had", "model left in training mode")
+            raise mistake(known.LEFT_IN_TRAINING, call=what)
         if case.new and any(got["grad"]):
-            raise Mistake(f"{what} ran the model with gradients tracked: every step would keep its graph in memory "
-                          f"— generate under torch.no_grad() (the stub's decorator) or torch.inference_mode()",
-                          "gradients tracked while generating")
+            raise mistake(known.GRADIENTS_TRACKED, call=what)
         if case.new and got["training_after"] != case.training:
-            if case.training:
-                raise Mistake(f"{what} left the model in eval mode, though it came in training mode: put it back, "
-                              f"model.train(was_training), so that training can go on after a sample",
-                              "training mode not restored")
-            raise Mistake(f"{what} left the model in training mode, though it came in eval mode: give it back in the "
-                          f"mode it came in, model.train(was_training), not model.train()", "mode forced to training")
+            raise mistake(known.TRAINING_NOT_RESTORED if case.training else known.FORCED_TO_TRAINING, call=what)
 
     judge_cases((got, lambda got, case=case: one(got, case))
                 for case, got in zip(GENERATE_TOKENS_CASES, obs["runs"], strict=True))
@@ -1042,15 +757,11 @@ def _judge_generate_cache(obs: Observations) -> None:
             head = f"{what} fed the model {fed}{' …' if len(calls) > 5 else ''}; expected the prompt once, then " \
                    f"each new token alone"
             if calls and all(c is None for _, c in calls):
-                raise Mistake(f"{head}: it never gave the model a cache — with use_cache, make one KVCache("
-                              f"model.config.n_layers) and pass it at every step", "use_cache ignored")
+                raise mistake(known.USE_CACHE_IGNORED, head)
             if len(calls) > 1 and all(c == 0 for _, c in calls):
-                raise Mistake(f"{head}: a new, empty cache at every step forgets what the last step cached — make "
-                              f"the cache once, before the loop", "new cache at every step")
+                raise mistake(known.NEW_CACHE_EVERY_STEP, head)
             if len(calls) > 1 and calls[0] == wanted[0] and all(t > 1 for t, _ in calls[1:]):
-                raise Mistake(f"{head}: once the cache holds the prompt, feed only the newest token, "
-                              f"tokens[:, -1:] — feeding the whole sequence again caches it twice",
-                              "whole sequence fed with a cache")
+                raise mistake(known.WHOLE_SEQUENCE_CACHED, head)
             raise Mistake(f"{head}: {wanted}")
         if not torch.equal(out, expected):
             raise Mistake(f"{what} gave {out.tolist()}, expected {expected.tolist()}, the tokens of generating "
@@ -1072,14 +783,11 @@ def _judge_sampling(obs: Observations) -> None:
         if not isinstance(got, Tensor) or tuple(got.shape) != (4, 10):
             raise Mistake(unnamed(f"{what} should return (4, 10) token ids; got {got!r:.80}"))
     if torch.equal(draws["first"], draws["greedy"]) and torch.equal(draws["other"], draws["greedy"]):
-        raise Mistake(f"{what}: two generators gave the greedy tokens — asked to sample, it took the argmax: draw "
-                      f"each token with sample_next(logits[:, -1], temperature, top_k, top_p, generator)", ARGMAX)
+        raise mistake(known.GENERATE_ARGMAX, what)
     if not torch.equal(draws["first"], draws["again"]):
-        raise Mistake(f"{what}: two generators seeded alike gave different tokens — pass the generator on to "
-                      f"sample_next", "generator not passed on")
+        raise mistake(known.GENERATOR_NOT_PASSED, what)
     if not torch.equal(draws["top_k_1"], draws["greedy"]):
-        raise Mistake(f"{what} with top_k=1 did not give the greedy tokens: pass temperature, top_k and top_p on "
-                      f"to sample_next", "sampling options not passed on")
+        raise mistake(known.OPTIONS_NOT_PASSED, f"{what} with top_k=1 did not give the greedy tokens")
 
 
 register("generate_sampling", _judge_sampling)
@@ -1087,21 +795,6 @@ register("generate_sampling", _judge_sampling)
 
 # ================================================================ concept checks
 
-def _kv_elements_suspects(n_layers: int, batch: int, n_heads: int, n_kv: int, length: int, d_head: int) -> list:
-    one = n_layers * batch * n_kv * length * d_head
-    return [
-        Suspect("the cache keeps the values as well as the keys: twice as many numbers", "only the keys counted",
-                lambda: one),
-        Suspect(f"only the n_kv_heads = {n_kv} key/value heads are cached; the n_heads = {n_heads} query heads share "
-                f"them — that is what grouped-query attention saves", "n_heads instead of n_kv_heads",
-                lambda: 2 * one // n_kv * n_heads),
-        Suspect(f"every one of the {n_layers} layers keeps its own keys and values", "one layer counted",
-                lambda: 2 * one // n_layers),
-        Suspect("queries are never cached: each is used once, by the step that makes it", "queries cached too",
-                lambda: 2 * one + one // n_kv * n_heads),
-    ]
-
-
 register("kv_cache_elements_answer", lambda obs: judge_answers(
-    obs, KV_CACHE_ELEMENTS_CASES, ref.kv_cache_elements, _kv_elements_suspects,
+    obs, KV_CACHE_ELEMENTS_CASES, ref.kv_cache_elements, declared(known.KV_CACHE_ELEMENTS, None),
     lambda *a: f"kv_cache_elements{a}"))
