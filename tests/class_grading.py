@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-from notebook_grading import ASSIGNMENTS, release_notebook, replace_solution, source_notebook
+from notebook_grading import ASSIGNMENTS, read_notebook, release_notebook, replace_solution, source_notebook
 
 from autograder.release import REPO_ROOT, nbgrader_env
 
@@ -93,8 +93,8 @@ def catalogue_class(assignment: str, folder: Path, only: Collection[str] | None 
         (folder / student).mkdir(parents=True)
         nbformat.write(nb, folder / student / notebook)
 
-    write(INSTRUCTOR, nbformat.read(source_notebook(assignment), 4))
-    write(UNTOUCHED, nbformat.read(release_notebook(assignment), 4))
+    write(INSTRUCTOR, read_notebook(source_notebook(assignment)))
+    write(UNTOUCHED, read_notebook(release_notebook(assignment)))
     for kind, entries in (("wrong", module.WRONG), ("correct", module.CORRECT)):
         impls = names["WRONG" if kind == "wrong" else "CORRECT"]
         assert len(impls) == len(entries), f"{assignment}: could not read every {kind} entry's implementation"
@@ -103,7 +103,7 @@ def catalogue_class(assignment: str, folder: Path, only: Collection[str] | None 
             student = f"{kind}-{index:03d}"
             if only is not None and student not in only:
                 continue
-            nb = nbformat.read(source_notebook(assignment), 4)
+            nb = read_notebook(source_notebook(assignment))
             replace_solution(nb, entry.target, f"{code}\n\n{entry.target} = {impl}\n")
             write(student, nb)
             learners[student] = Learner(student, kind, entry)
@@ -149,7 +149,8 @@ def touched_cells(assignment: str, target: str) -> tuple[str, ...]:
 
     exercises = exercise_names(assignment)
     touched = dependents(assignment, target) | {target}
-    return tuple(nbgrader_meta(c)["grade_id"] for c in graded_cells(nbformat.read(source_notebook(assignment), 4))
+    nb = read_notebook(source_notebook(assignment), copy_it=False)
+    return tuple(nbgrader_meta(c)["grade_id"] for c in graded_cells(nb)
                  if exercise_of(nbgrader_meta(c)["grade_id"], exercises) in touched)
 
 
@@ -159,7 +160,7 @@ def dependents(assignment: str, target: str) -> set[str]:
     from notebook_grading import nbgrader_meta, solution_cells
 
     answers = {nbgrader_meta(c)["grade_id"]: c.source
-               for c in solution_cells(nbformat.read(source_notebook(assignment), 4))}
+               for c in solution_cells(read_notebook(source_notebook(assignment), copy_it=False))}
     uses = {name: {n.id for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Name)} & set(answers)
             for name, src in answers.items()}
     found = {target}

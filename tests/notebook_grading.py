@@ -11,6 +11,7 @@ correct implementations; a few of them also go through real
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import io
 import json
@@ -47,6 +48,22 @@ def copy_repository(folder: Path) -> Path:
     return folder
 
 
+_READ: dict[tuple[Path, int, int], Any] = {}
+
+
+def read_notebook(path: Path, copy_it: bool = True) -> Any:
+    """``nbformat.read(path, 4)``, parsed and validated once per version of the file (its modification time and
+    size), then copied (``copy_it=False``: the one parsed notebook itself, for a caller that only reads it): grading
+    a catalogue reads the same notebook for every entry, and the reading, validation included, took half of the
+    helper package's test."""
+    path = Path(path)
+    stat = path.stat()
+    key = (path.resolve(), stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        _READ[key] = nbformat.read(path, 4)
+    return copy.deepcopy(_READ[key]) if copy_it else _READ[key]
+
+
 def source_notebook(assignment: str) -> Path:
     return SOURCE / assignment / ASSIGNMENTS[assignment][0]
 
@@ -69,7 +86,8 @@ def solution_cells(nb: Any) -> list[Any]:
 
 def exercise_names(assignment: str) -> list[str]:
     """The names the learner implements: the ``grade_id`` of every solution cell."""
-    return [nbgrader_meta(c)["grade_id"] for c in solution_cells(nbformat.read(source_notebook(assignment), 4))]
+    nb = read_notebook(source_notebook(assignment), copy_it=False)
+    return [nbgrader_meta(c)["grade_id"] for c in solution_cells(nb)]
 
 
 def exercise_of(grade_id: str, exercises: list[str]) -> str:
@@ -87,7 +105,7 @@ def checked_objects(assignment: str) -> dict[str, Any]:
     what the cell's code before its hidden checks made of the references (Chapter 7's trained model), that code run
     as the notebook runs it, after its set-up cell."""
     reference = importlib.import_module(ASSIGNMENTS[assignment][1])
-    nb = nbformat.read(source_notebook(assignment), 4)
+    nb = read_notebook(source_notebook(assignment))
     made: dict[str, Any] = {}
     found = {}
     for cell in graded_cells(nb):
@@ -106,7 +124,7 @@ def checked_objects(assignment: str) -> dict[str, Any]:
 def notebook_answers(assignment: str) -> dict[str, Any]:
     """The instructor's answers as the source notebook writes them: its set-up cell, then its solution cells, run
     in order in one namespace (as the learner's kernel would run a finished notebook)."""
-    nb = nbformat.read(source_notebook(assignment), 4)
+    nb = read_notebook(source_notebook(assignment))
     module = types.ModuleType(f"notebook_{assignment}")  # a real module: dataclasses look their own one up
     sys.modules[module.__name__] = module
     for cell in nb.cells:
@@ -150,7 +168,8 @@ def grade_in_process(assignment: str, overrides: dict[str, Any] | None = None,
     ``until_failure`` the cells stop at the first that fails (the results hold the cells run).
     """
     assert not (as_notebook and visible_only), "the release's answer cells are stubs"
-    nb = nbformat.read(release_notebook(assignment) if visible_only else source_notebook(assignment), 4)
+    nb = read_notebook(release_notebook(assignment) if visible_only else source_notebook(assignment),
+                       copy_it=False)  # read, never changed
     namespace = {} if namespace is None else namespace
     namespace["__name__"] = "__graded__"
     # the cells' module, as a kernel's __main__ is one: a dataclass the cells define looks its module up there
