@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -98,10 +97,10 @@ def _formgrader(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
                f"--ServerApp.root_dir={course}", *extra]
     print(f"the formgrader of {course}: open http://localhost:{args.port}/formgrader (JupyterLab prints the address "
           "with its token below; Ctrl-C stops it)", flush=True)
-    try:
-        return subprocess.run(command, cwd=course, env=nbgrader_env()).returncode
-    except KeyboardInterrupt:
-        return 0
+    # JupyterLab takes this process's place: a signal that stops the command (a terminal's, a service manager's, a
+    # test's terminate) reaches the server itself, which a child process left running would not get
+    os.chdir(course)
+    os.execve(command[0], command, nbgrader_env())
 
 
 def _student_repo(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

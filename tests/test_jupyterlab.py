@@ -111,6 +111,10 @@ def _serving(command: list[str], cwd: Path, scratch: Path):
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
+        # the server is gone with the process the command started (the formgrader's command once left JupyterLab
+        # running as an orphan, serving after the tests had ended)
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            _get(base + "/api/status")
 
 
 def test_the_formgrader_lists_every_assignment_and_the_grades_grade_wrote(formgrader) -> None:
