@@ -193,10 +193,13 @@ KV_UPDATES = Mistakes([
 
 
 def _same(a: object, b: object) -> bool:
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    """Equal tensors (shape and every value), sequences of equal items, or equal values."""
+    tensors = isinstance(a, Tensor), isinstance(b, Tensor)
+    if any(tensors):
+        return all(tensors) and a.shape == b.shape and torch.equal(a, b)
+    sequences = isinstance(a, (tuple, list)), isinstance(b, (tuple, list))
+    if all(sequences):
+        return len(a) == len(b) and all(map(_same, a, b))
     return a == b
 
 
@@ -276,7 +279,7 @@ def _grouped(right: Callable[..., Tensor], x: Tensor, attn: Any, n_heads: int, n
         mask = torch.ones(t, t_k, dtype=torch.bool).tril(t_k - t if offset else 0) if causal else None
         merged = right(q, k[:, index], v[:, index], mask).transpose(1, 2).flatten(2)  # (B, t, d_model)
         outs.append(attn.w_o(merged) if project else merged)
-    return torch.cat(outs, dim=1)
+    return torch.cat(outs, dim=-2)  # (B, T, width): the chunks' positions side by side
 
 
 def _d_model_message(x: Tensor, attn: Any, n_heads: int, *rest: Any) -> str:
@@ -524,11 +527,11 @@ GRADIENTS_TRACKED = KnownMistake("gradients tracked while generating", "{call} r
                                  "every step would keep its graph in memory — generate under torch.no_grad() (the "
                                  "stub's decorator) or torch.inference_mode()")
 TRAINING_NOT_RESTORED = KnownMistake("training mode not restored", "{call} left the model in eval mode, though it "
-                                     "came in training mode: put it back, model.train(was_training), so that training "
-                                     "can go on after a sample")
+                                     "came in training mode: note the mode it came in and give it back, so that "
+                                     "training can go on after a sample")
 FORCED_TO_TRAINING = KnownMistake("mode forced to training", "{call} left the model in training mode, though it came "
-                                  "in eval mode: give it back in the mode it came in, model.train(was_training), not "
-                                  "model.train()")
+                                  "in eval mode: give it back in the mode it came in, whichever it was, not always "
+                                  "in training mode")
 
 #: Of the calls with a cache.
 USE_CACHE_IGNORED = KnownMistake("use_cache ignored", "it never gave the model a cache — with use_cache, make one "
