@@ -205,3 +205,23 @@ def test_the_judge_and_the_visible_check_say_the_same_words() -> None:
     assert torch.equal(suspect.produce(), group.suspects(torch.cos, x)[visible]())
     said = judges.mistake(KnownMistake("late", "it came {when} late"), "f(x)", when="a step")
     assert (said.message, said.name) == ("f(x): it came a step late", "late")
+
+
+@pytest.fixture(scope="module")
+def secrets() -> set[str]:
+    from autograder.leaks import all_secrets
+
+    return all_secrets()
+
+
+@pytest.mark.parametrize("chapter", DECLARED, ids=lambda c: c.assignment)
+def test_the_declarations_hold_no_line_of_the_reference_or_the_grader(chapter, secrets) -> None:
+    """The declarations ship to learners with the helper package: the student repository's leak scan refuses a line
+    of the reference, the hidden checks or the judges in them, so a chapter's proof (``make chapter``) scans its own
+    module as the bundle will (a declaration once copied a judge's helper, found only by the book's bundle)."""
+    from autograder.leaks import scan
+
+    module = ROOT / "attention_course" / "mistakes" / f"{chapter.module}.py"
+    leaks = scan([module], secrets)
+    assert not leaks, (f"{module.relative_to(ROOT)} holds lines of the reference or the grader, which the student "
+                       "bundle refuses: write them another way\n" + "\n".join(leaks[:20]))
