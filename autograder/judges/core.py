@@ -219,6 +219,19 @@ def told(raised: Raised, what: str) -> str:
     return f"{what} {raised.describe()}"
 
 
+def judge_meta_crash(raised: Raised, call: str, off_device: KnownMistake, **fields: Any) -> None:
+    """``call``, given inputs on the meta device, raised ``raised``. The meta device holds no data: an answer that
+    reads its values (``int(...)``, boolean indexing, a loop that tests its tokens) cannot run there, so a crash of
+    the meta device's own tells nothing and passes, while one that names devices (a tensor made on the CPU meeting
+    one on meta, as it would meet one on a GPU) is ``off_device``, said with ``fields``. Any other crash is
+    reported as raised."""
+    message = raised.message.lower()
+    if "device" in message:
+        raise mistake(off_device, **fields)
+    if "meta" not in message:
+        raise Mistake(f"{call} {raised.describe()}")
+
+
 def type_name(value: Any) -> str:
     """The type of an observed value, for a message (``tuple``, ``float``, ``NoneType``); for a value the probe kept
     only as its description (:func:`~autograder.checks.core.plain`: ``<dict>``, ``<meta tensor of shape (2, 3)>``),

@@ -50,6 +50,7 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
+    judge_meta_crash,
     judge_pads_ignored,
     judge_projections,
     judge_tensor,
@@ -205,14 +206,10 @@ register("shift_right_contract", _judge_shift_contract)
 
 def _judge_kept_on_meta(found: Any, what: str, count: int, declaration: KnownMistake) -> None:
     """``found``, the devices of the ``count`` tensors an answer returned for inputs on the meta device, must all be
-    meta. The meta device holds no data: an answer that reads its values (``int(...)``, boolean indexing) cannot run
-    there, so a crash of the meta device's own tells nothing, while one that names devices is the device mistake."""
+    meta; a crash there is judged by ``judge_meta_crash``."""
     if isinstance(found, Raised):
-        if "device" in found.message.lower():
-            raise mistake(declaration, found=f"{what} {found.describe()}")
-        if "meta" in found.message.lower():
-            return
-        raise Mistake(f"{what} {found.describe()}")
+        judge_meta_crash(found, what, declaration, found=f"{what} {found.describe()}")
+        return
     if not (isinstance(found, (list, tuple)) and list(found) == ["meta"] * count):
         raise mistake(declaration, found=f"{what} returned {found!r:.80}")
 register(SHIFT_ERRORS.id, value_errors(SHIFT_ERRORS, [("shift_right(tgt of shape (7,)), which is not (B, T)", ("7",))]))

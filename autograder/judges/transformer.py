@@ -79,6 +79,7 @@ from autograder.judges.core import (
     judge,
     judge_answers,
     judge_cases,
+    judge_meta_crash,
     judge_pads_ignored,
     judge_tensor,
     judge_value_error,
@@ -633,16 +634,13 @@ def _judge_eval_mode(obs: Observations) -> None:
 
 
 def _judge_on_meta(found: Any) -> None:
-    """The start column of META_DECODE, built for a src on the meta device: it must stay there. A decoding that reads
-    its tokens cannot run on a device without data, so a crash that says nothing of devices tells nothing."""
+    """The start column of META_DECODE, built for a src on the meta device: it must stay there (a crash there is
+    judged by ``judge_meta_crash``)."""
     case = META_DECODE
     call = case.what() + ", the model and src on the meta device"
     if isinstance(found, Raised):
-        if "device" in found.message.lower():
-            raise mistake(known.DECODED_OFF_DEVICE, call=call, found=found.describe())
-        if "meta" in found.message.lower():
-            return
-        raise Mistake(f"{call} {found.describe()}")
+        judge_meta_crash(found, call, known.DECODED_OFF_DEVICE, call=call, found=found.describe())
+        return
     if not isinstance(found, dict):
         raise Mistake(f"{call} should return a (B, L) tensor of token ids, got {describe(found)}")
     if found.get("device") != "meta":
