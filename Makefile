@@ -11,7 +11,7 @@ export PATH := $(BIN):$(PATH)
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python autograder/install_venv.py requirements.txt  # uv with pip's settings, pip if uv cannot
 	touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv from requirements.txt
