@@ -6,7 +6,7 @@ The book is built once for the session (``built_html``), served on localhost, an
 "mask" must find the masking chapter. Every page is audited for accessibility with axe-core 4 (its axe.min.js ships
 inside the axe-core-python wheel, so nothing is downloaded) against the WCAG 2.0 and 2.1 A and AA rules in the light
 colour mode, and against those of them that judge colours in the dark mode (the colour rules on one element of each
-look, ``SAMPLE``), and every figure of the content must
+look, ``SAMPLE``), switched to as a reader does, with the theme's switch, and every figure of the content must
 have a text alternative that says something (not a file name or a hash). Screenshots of a few pages are kept as test
 artifacts under ``$TEST_ARTIFACTS`` (default ``_build/test-artifacts``).
 
@@ -94,6 +94,7 @@ const background = (el) => {
   }
   return behind.get(el);
 };
+document.querySelectorAll('[data-audit-sample]').forEach(el => el.removeAttribute('data-audit-sample'));
 const texts = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
 for (let text = texts.nextNode(); text; text = texts.nextNode()) {
   const el = text.parentElement;
@@ -193,19 +194,75 @@ def _served(url: str) -> tuple[int, str | None]:
     return status, " ".join(html.unescape(found.group(1)).split()) if found else None
 
 
+# The colour mode as a reader switches it: a click on the theme's switch (it cycles auto, dark, light when the system
+# prefers light, as headless Chromium does), then the end of the colour transitions the theme gives some elements,
+# so that the audit reads the colours the reader ends up seeing. Returns the mode the page is then shown in.
+SWITCH = """
+const done = arguments[arguments.length - 1], wanted = arguments[0];
+const button = [...document.querySelectorAll('.theme-switch-button')].find(b => b.offsetParent !== null);
+if (!button) { done({error: 'no visible theme switch'}); } else {
+  for (let i = 0; i < 3 && document.documentElement.dataset.theme !== wanted; i++) button.click();
+  const transitions = document.getAnimations().filter(a => a instanceof CSSTransition).map(a => a.finished);
+  Promise.allSettled(transitions).then(() => requestAnimationFrame(() => done(
+    {theme: document.documentElement.dataset.theme, transitions: transitions.length})));
+}
+"""
+
+# Forgets the reader's colour mode (the theme keeps it in localStorage, which a data: page has none of).
+FORGET = "try { localStorage.clear(); } catch (e) {}"
+
+# The looks of a page's text (SAMPLE's keys), to compare a mode switched in place with the same mode loaded.
+LOOKS = SETTLE + "settle(() => {" + SAMPLE + "done([...looks.keys()].sort()); });"
+
+
 @pytest.fixture(scope="module")
-def visits(site, browser) -> dict[str, dict]:
-    """Every page of `_toc.yml`, loaded once: what the server sent, what the page showed, what the console said."""
-    seen = {}
-    browser.get_log("browser")  # start from an empty console
-    for page in toc_files():
-        status, served_title = _served(site + page + ".html")
-        browser.get(site + page + ".html")
-        state = browser.execute_async_script(INSPECT)
-        state["console"] = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
-        state.update(title=browser.title, status=status, served_title=served_title)
-        seen[page] = state
-    return seen
+def tour(site, browser) -> tuple[dict[str, dict], dict[tuple[str, str], dict]]:
+    """Every page of `_toc.yml`, loaded once, as a reader's first visit: ``(visits, audits)``.
+
+    ``visits[page]``: what the server sent, what the page showed, what the console said. ``audits[page, mode]``: what
+    AUDIT returned in each colour mode, the light one as the page first showed (no choice kept yet), the dark one
+    after a click on the theme's switch (``SWITCH``). One load serves the three: loading a chapter costs more than
+    auditing it."""
+    from axe_core_python.base import AXE_SCRIPT
+
+    visits: dict[str, dict] = {}
+    audits: dict[tuple[str, str], dict] = {}
+    looks: dict[str, list[str]] = {mode: [] for mode in MODES}  # audited already in each mode
+    try:
+        for page in toc_files():
+            status, served_title = _served(site + page + ".html")
+            browser.get_log("browser")  # the console from here on is this page's
+            browser.get(site + page + ".html")
+            state = browser.execute_async_script(INSPECT)
+            state["console"] = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+            state.update(title=browser.title, status=status, served_title=served_title)
+            visits[page] = state
+            browser.execute_script(AXE_SCRIPT)  # axe.min.js from the installed wheel: nothing is downloaded
+            for mode in MODES:
+                if mode != MODES[0]:
+                    switched = browser.execute_async_script(SWITCH, mode)
+                    if switched.get("theme") != mode:
+                        audits[page, mode] = {"error": f"the theme's switch did not give the {mode} mode: {switched}"}
+                        continue
+                audits[page, mode] = browser.execute_async_script(AUDIT, _run_only(mode), list(COLOUR_RULES),
+                                                                  looks[mode])
+                looks[mode] += audits[page, mode].get("looks", [])
+                if f"{page}.html" == SCREENSHOTS["chapter-1"] and mode != MODES[0]:
+                    _screenshot(browser, "chapter-1-dark")
+            browser.execute_script(FORGET)  # the next page is a first visit again: no colour mode chosen yet
+    finally:
+        browser.execute_script(FORGET)  # the other tests see a first visit
+    return visits, audits
+
+
+@pytest.fixture(scope="module")
+def visits(tour) -> dict[str, dict]:
+    return tour[0]
+
+
+@pytest.fixture(scope="module")
+def audits(tour) -> dict[tuple[str, str], dict]:
+    return tour[1]
 
 
 def _run_only(mode: str) -> dict | None:
@@ -217,32 +274,25 @@ def _run_only(mode: str) -> dict | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def audits(site, browser) -> dict[tuple[str, str], dict]:
-    """Every page of `_toc.yml` audited in each colour mode: ``{(page, mode): what AUDIT returned}``.
-
-    The mode is chosen the way a reader's choice is kept: the theme's ``mode`` and ``theme`` keys in
-    localStorage, which its first script reads before the page is drawn."""
-    from axe_core_python.base import AXE_SCRIPT
-
-    seen = {}
+def test_the_switch_gives_the_looks_a_reader_s_choice_loads(site, browser) -> None:
+    """The dark mode switched in place (as the tour audits it) shows every text of a chapter in the same colours,
+    sizes and backgrounds as the page loaded with the dark mode chosen before (the theme's localStorage keys)."""
+    url = site + SCREENSHOTS["chapter-1"]
     try:
-        for mode in MODES:
-            browser.get(site + toc_files()[0] + ".html")
-            browser.execute_script("localStorage.setItem('mode', arguments[0]);"
-                                   "localStorage.setItem('theme', arguments[0]);", mode)
-            looks: list[str] = []  # audited already in this mode
-            for page in toc_files():
-                browser.get(site + page + ".html")
-                browser.execute_script(AXE_SCRIPT)  # axe.min.js from the installed wheel: nothing is downloaded
-                seen[page, mode] = browser.execute_async_script(AUDIT, _run_only(mode), list(COLOUR_RULES), looks)
-                looks += seen[page, mode].get("looks", [])
-        browser.get(site + SCREENSHOTS["chapter-1"])
-        browser.execute_async_script(SETTLE + "settle(() => done(null));")
-        _screenshot(browser, "chapter-1-dark")
+        browser.get(url)
+        first = browser.execute_async_script(LOOKS, None, None, [])
+        switched = browser.execute_async_script(SWITCH, "dark")
+        assert switched["theme"] == "dark", switched
+        in_place = browser.execute_async_script(LOOKS, None, None, [])
+        assert browser.execute_script("return localStorage.getItem('mode');") == "dark"  # what the theme keeps
+        browser.get(url)
+        loaded = browser.execute_async_script(LOOKS, None, None, [])
+        assert browser.execute_script("return document.documentElement.dataset.theme;") == "dark"
     finally:
-        browser.execute_script("localStorage.clear();")  # the other tests see a first visit
-    return seen
+        browser.execute_script(FORGET)
+    assert len(loaded) > 50 and set(first) != set(loaded), "the dark mode changed no colour of the page"
+    assert in_place == loaded, ("looks that differ between the switched page and the page loaded dark:\n"
+                                + "\n".join(sorted(set(in_place) ^ set(loaded))[:20]))
 
 
 # A page with three faults the audit must report: faint text, an image without alt, a list without list items. The
