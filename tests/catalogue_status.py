@@ -1,11 +1,12 @@
 """A contributor's view of the catalogues, in seconds: what the checks say of every entry.
 
-    python tests/catalogue_status.py [ASSIGNMENT ...] [--all]
+    python tests/catalogue_status.py [ASSIGNMENT ...] [--exercise NAME] [--all]
 
 For each wrong answer: the name it must be given and the cell that owns it, then what the hidden checks say and
 what the visible checks alone say (the release's test cells). ``ok`` when the owner cell names the mistake, the
 visible checks name it, and no cell names another mistake.
-For correct answers, any cell that fails. Without an assignment, every chapter, then the total.
+For correct answers, any cell that fails. Without an assignment, every chapter, then the total. With
+``--exercise``, only the entries of that exercise (of the one assignment given): what a contributor adding it reads.
 
 The hidden checks judge an entry as ``tests/test_catalogue.py`` does, in this process, as nbgrader's kernel would:
 the notebook's answers with the entry in place of its exercise's, and the test cells of that exercise and of those
@@ -28,13 +29,14 @@ from notebook_grading import ASSIGNMENTS, exercise_names, exercise_of, grade_in_
 from attention_course.testing import mistake_name  # noqa: E402
 
 
-def status(assignment: str, show_all: bool) -> tuple[int, int, int]:
-    """Print the entries of ``assignment``'s catalogue that need a fix (all of them with ``show_all``); return
-    (entries to fix, wrong answers the visible checks name, wrong answers)."""
+def status(assignment: str, show_all: bool, exercise: str | None = None) -> tuple[int, int, int]:
+    """Print the entries of ``assignment``'s catalogue (of ``exercise`` only, when given) that need a fix (all of
+    them with ``show_all``); return (entries to fix, wrong answers the visible checks name, wrong answers)."""
     module = catalogue_module(assignment)
     exercises = exercise_names(assignment)
+    wrong = [entry for entry in module.WRONG if exercise in (None, entry.target)]
     problems = named_visibly = 0
-    for entry in module.WRONG:
+    for entry in wrong:
         cells = touched_cells(assignment, entry.target)
         hidden = {g: r.message for g, r in grade_in_process(assignment, {entry.target: entry.impl}, cells=cells,
                                                             as_notebook=True).items() if not r.passed}
@@ -62,7 +64,7 @@ def status(assignment: str, show_all: bool) -> tuple[int, int, int]:
             print(f"{'FIX' if issues else 'ok '} {entry.target}: {entry.label!r} -> ({entry.name}) in {entry.cell}")
             for line in issues:
                 print(f"      {line}")
-    for entry in module.CORRECT:
+    for entry in (entry for entry in module.CORRECT if exercise in (None, entry.target)):
         cells = touched_cells(assignment, entry.target)
         for visible_only in (False, True):
             failed = {g: r.message for g, r in grade_in_process(
@@ -72,23 +74,30 @@ def status(assignment: str, show_all: bool) -> tuple[int, int, int]:
                 problems += 1
                 print(f"FIX correct {entry.target}: {entry.label!r} fails {'visible' if visible_only else 'hidden'}"
                       f" {failed}")
-    return problems, named_visibly, len(module.WRONG)
+    return problems, named_visibly, len(wrong)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("assignments", nargs="*", help="assignment ids (default: every chapter)")
+    parser.add_argument("--exercise", metavar="NAME", help="only the entries of this exercise (one assignment)")
     parser.add_argument("--all", action="store_true", help="print the entries that are fine too")
     args = parser.parse_args()
     unknown = [a for a in args.assignments if a not in ASSIGNMENTS]
     if unknown:
         parser.error(f"unknown assignment {', '.join(unknown)}: one of {', '.join(ASSIGNMENTS)}")
+    if args.exercise and len(args.assignments) != 1:
+        parser.error("--exercise needs the one assignment the exercise belongs to")
+    if args.exercise and args.exercise not in exercise_names(args.assignments[0]):
+        parser.error(f"{args.assignments[0]} has no exercise {args.exercise!r}: one of "
+                     f"{', '.join(exercise_names(args.assignments[0]))}")
     totals = [0, 0, 0]
     for assignment in args.assignments or list(ASSIGNMENTS):
         started = time.monotonic()
-        problems, named, wrong = status(assignment, args.all)
+        problems, named, wrong = status(assignment, args.all, args.exercise)
         totals = [t + n for t, n in zip(totals, (problems, named, wrong), strict=True)]
-        print(f"{assignment}: {problems} entries to fix; visible checks name {named}/{wrong} "
+        where = f"{assignment} ({args.exercise})" if args.exercise else assignment
+        print(f"{where}: {problems} entries to fix; visible checks name {named}/{wrong} "
               f"({named / max(wrong, 1):.0%}) of the wrong answers ({time.monotonic() - started:.0f} s)", flush=True)
     if len(args.assignments) != 1:
         problems, named, wrong = totals
