@@ -295,6 +295,7 @@ def test_the_guides_walk_through_with_the_scaffold(tmp_path, walk: Walk) -> None
          "tests/test_known_mistakes.py",
          "tests/test_scaffold.py::test_no_notebook_or_reference_keeps_a_placeholder_of_the_scaffold", "-k",
          f"not ({others}) and (not test_assignments or conventions or contracts or release_is_current)")
-    status = _run(copy, "tests/catalogue_status.py", walk.assignment, "--exercise", NAME, "--all")
+    status = _run(copy, "tests/catalogue_status.py", walk.assignment, "--exercise", NAME, "--all",
+                  "--jobs", "1")
     assert f"ok  {NAME}: 'query minus key' -> (sign flipped) in {NAME}_values" in status, status
     assert f"FIX correct {NAME}" not in status and f"{walk.assignment} ({NAME}): 0 entries to fix" in status, status
