@@ -189,9 +189,11 @@ def test_a_changed_grader_version_regrades_everyone(first, tmp_path) -> None:
 
 
 def test_an_interrupted_run_resumed_gives_the_same_grades(first, tmp_path) -> None:
-    out = tmp_path / "out"
-    process = subprocess.Popen(_command(first["submissions"], out, workers=1), cwd=REPO_ROOT, env=nbgrader_env(),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()  # the killed grader cannot remove its bundle and jobs folders: they are left here, not in /tmp
+    process = subprocess.Popen(_command(first["submissions"], out, workers=1), cwd=REPO_ROOT,
+                               env={**nbgrader_env(), "TMPDIR": str(scratch)}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     seen = []
     try:
         for line in process.stderr:
@@ -205,6 +207,7 @@ def test_an_interrupted_run_resumed_gives_the_same_grades(first, tmp_path) -> No
         process.stderr.close()
     assert seen and seen[-1].startswith("[1/4]"), "".join(seen)[-2000:]
     assert not (out / "grades.csv").exists()
+    assert any(scratch.glob("autograder-*")), "the grader's scratch folders were not under TMPDIR"
     run = _grade(first["submissions"], out, "--resume")
     reused, total = _reused(run.stderr)
     assert 1 <= reused < total == 4, run.stderr[-2000:]
