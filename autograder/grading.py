@@ -24,9 +24,11 @@ For each submission:
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import re
+import shutil
 import tempfile
 import time
 import zipfile
@@ -443,7 +445,9 @@ def _bundle(settings: Settings) -> Path:
     if settings.bundle.is_dir():
         return settings.bundle
     if settings.bundle not in _WORKER_BUNDLES:
-        _WORKER_BUNDLES[settings.bundle] = sandbox.build_bundle(Path(tempfile.mkdtemp(prefix="autograder-bundle-")))
+        scratch = Path(tempfile.mkdtemp(prefix="autograder-bundle-"))
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)  # removed when the worker process ends
+        _WORKER_BUNDLES[settings.bundle] = sandbox.build_bundle(scratch)
     return _WORKER_BUNDLES[settings.bundle]
 
 

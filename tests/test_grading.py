@@ -735,6 +735,20 @@ def test_a_worker_on_another_machine_needs_neither_the_files_nor_the_bundle(grad
     assert grading.Submission("x", notebook).carried().data == notebook.read_bytes()
 
 
+def test_a_worker_s_own_bundle_is_removed_when_the_worker_ends(tmp_path) -> None:
+    """The bundle a worker builds for itself (it cannot see the command's) lives in its /tmp only while it runs:
+    each run of the suite, and each Dask worker elsewhere, used to leave one behind."""
+    code = ("import sys; from pathlib import Path; from autograder import grading\n"
+            "built = grading._bundle(grading.Settings('x', 'x.ipynb', Path('s'), Path('r'), Path(sys.argv[1]), None))\n"
+            "assert (built / 'autograder' / 'checks' / 'index.json').is_file(), built\n"
+            "print(built)")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path / "not-here")], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    built = Path(run.stdout.strip())
+    assert built.name.startswith("autograder-bundle-") and not built.exists(), built
+
+
 def test_a_notebook_killed_at_the_wall_clock_keeps_what_it_earned(tmp_path) -> None:
     """A loop that ignores SIGINT, with a per-cell limit longer than the whole notebook's: SIGKILL at the wall
     clock, and the tests that ran before the loop still count."""
