@@ -67,29 +67,33 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]] | s
     return options, env
 
 
-def install(requirements: str) -> int:
-    python = sys.executable
-    started = time.monotonic()
+def with_uv(python: str, requirements: str) -> str | None:
+    """Install ``requirements`` with uv and pip's settings; None when done, else why uv was not used or failed."""
     try:
         translated = uv_options(pip_settings(python))
     except (OSError, subprocess.CalledProcessError) as error:
-        translated = f"could not read pip's settings ({error})"
-    uv = os.path.join(os.path.dirname(python), "uv")
-    if not isinstance(translated, str):
-        got_uv = subprocess.run([python, "-m", "pip", "install", "-q", "uv>=0.5,<1"]).returncode == 0
-        if got_uv:
-            options, env = translated
-            command = [uv, "pip", "install", "--python", python, "--compile-bytecode",
-                       "--index-strategy", "unsafe-best-match", *options, "-r", requirements]
-            print("install_venv:", shlex.join(command), flush=True)
-            if subprocess.run(command, env={**os.environ, **env}).returncode == 0:
-                print(f"install_venv: installed with uv in {time.monotonic() - started:.0f} s", flush=True)
-                return 0
-            translated = "uv could not install them"
-        else:
-            translated = "uv did not install"
-    print(f"install_venv: {translated}; installing with pip", flush=True)
-    return subprocess.run([python, "-m", "pip", "install", "-r", requirements]).returncode
+        return f"could not read pip's settings ({error})"
+    if isinstance(translated, str):
+        return translated
+    if subprocess.run([python, "-m", "pip", "install", "-q", "uv>=0.5,<1"]).returncode != 0:
+        return "uv did not install"
+    options, env = translated
+    command = [os.path.join(os.path.dirname(python), "uv"), "pip", "install", "--python", python,
+               "--compile-bytecode", "--index-strategy", "unsafe-best-match", *options, "-r", requirements]
+    print("install_venv:", shlex.join(command), flush=True)
+    if subprocess.run(command, env={**os.environ, **env}).returncode != 0:
+        return "uv could not install them"
+    return None
+
+
+def install(requirements: str) -> int:
+    started = time.monotonic()
+    reason = with_uv(sys.executable, requirements)
+    if reason is None:
+        print(f"install_venv: installed with uv in {time.monotonic() - started:.0f} s", flush=True)
+        return 0
+    print(f"install_venv: {reason}; installing with pip", flush=True)
+    return subprocess.run([sys.executable, "-m", "pip", "install", "-r", requirements]).returncode
 
 
 if __name__ == "__main__":

@@ -24,9 +24,7 @@ from autograder.scaffold import PLACEHOLDERS, ScaffoldError, make_request, parse
 
 ASSIGNMENT, MODULE, NAME = "05_positional_encoding", "positional", "relative_distance"
 #: the guide's example chapter, whose paths the walk-through maps onto this one
-EXAMPLE = ("05_positional_encoding", "positional")
-SOURCE = f"autograder/source/{ASSIGNMENT}/{MODULE}.ipynb"
-RELEASE = f"notebooks/{ASSIGNMENT}/{MODULE}.ipynb"
+EXAMPLE = (ASSIGNMENT, MODULE)
 
 
 @dataclass(frozen=True)
@@ -247,7 +245,7 @@ def test_the_scaffold_writes_lint_clean_code_for_long_words_and_a_one_line_all(t
          "Tensor", "--returns", "`(T, T)`: key minus query, clipped to the largest distance when asked, for every "
          "pair of positions of the table")
     owned = _run(copy, "-m", "autograder.chapters", ASSIGNMENT).split()
-    assert f"solutions/{MODULE}.py" in owned and SOURCE in owned, owned
+    assert f"solutions/{MODULE}.py" in owned and Walk(*EXAMPLE).source in owned, owned
     linted = subprocess.run([str(Path(sys.executable).parent / "ruff"), "check", "--no-cache", *owned], cwd=copy,
                             capture_output=True, text=True, timeout=120)
     assert linted.returncode == 0, linted.stdout[-4000:]
