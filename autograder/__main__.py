@@ -149,13 +149,14 @@ def _settings(args: argparse.Namespace, assignment: str, scratch: Path, use_sand
 
 
 def _warm_start(args: argparse.Namespace, scratch: Path, use_sandbox: bool) -> Path:
-    """The sandbox bundle, and a grading worker already starting on it: bubblewrap, Python, torch and the checks
-    load there (about 4 s) while this process imports torch and its own checks (about 3 s), not after them.
-    Then the checks' index goes into the bundle, before any notebook runs."""
+    """The sandbox bundle, and the grading workers already starting on it: bubblewrap, Python, torch and the
+    checks load there once (about 4 s), and the ``--workers`` workers are forked from that one start-up, while
+    this process imports torch and its own checks (about 3 s), not after them. (With ``--scheduler``, one: the
+    cluster's workers grade the class.) Then the checks' index goes into the bundle, before any notebook runs."""
     from autograder import sandbox
 
     bundle = sandbox.build_bundle(scratch / "bundle", index=False)
-    sandbox.prestart(bundle, _limits(args), use_sandbox)
+    sandbox.prestart(bundle, _limits(args), use_sandbox, count=1 if args.scheduler else max(1, args.workers))
     _one_torch_thread_per_judge()
     sandbox.write_index(bundle)
     return bundle
@@ -401,9 +402,10 @@ def _selftest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     started = time.monotonic()
     failed = 0
     with tempfile.TemporaryDirectory(prefix="autograder-selftest-") as scratch:
-        from autograder.sandbox import build_bundle
+        from autograder.sandbox import build_bundle, prestart
 
         bundle = build_bundle(Path(scratch) / "bundle")  # one for all: the assignments then share warm workers
+        prestart(bundle, _limits(args), use_sandbox, count=max(1, args.workers))  # forked from one start-up
         all_settings = [_settings(args, a, Path(scratch) / a, use_sandbox, bundle) for a in chosen]
         problems = grading.load_problems(all_settings[0])
         problems += [p for s in all_settings[1:] for p in grading.load_problems(s, sandbox_side=False)]

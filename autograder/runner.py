@@ -1,6 +1,6 @@
 """Runs INSIDE the grading sandbox: a warm worker that runs one submission after another, each in a fork.
 
-    python -m autograder.runner [--isolate | --sandboxed]
+    python -m autograder.runner [--isolate | --sandboxed] [--channels R:W,R:W,...]
 
 Starting Python, importing torch and IPython and the hidden checks' probes costs
 seconds; running a notebook's checks costs well under one. So a worker does
@@ -10,9 +10,14 @@ IPython's own machinery (magics, ``In``, ``get_ipython()`` behave as in a
 kernel). The copy starts from the worker's untouched state; nothing one
 submission does to modules, objects or files reaches the next.
 
+Several workers can share one warm-up: given ``--channels`` (pipes the grader
+passed in, beside stdin and stdout), the warm process forks one worker per
+channel and serves none itself (:func:`_split`). A class graded three at a
+time then pays for one start-up, not three.
+
 With ``--isolate`` (in the bubblewrap sandbox) each copy also gets, through
-Linux namespaces created inside the sandbox: its own user, mount, PID, IPC and
-UTS namespaces; its job's folder as ``/submission`` and nothing of the other
+Linux namespaces created inside the sandbox: its own user, mount, PID, IPC,
+UTS and network namespaces; its job's folder as ``/submission`` and nothing of the other
 jobs' folders; fresh ``/tmp`` and ``/dev/shm``; an empty ``/proc`` and a
 read-only ``/dev`` and root; no capabilities. It is PID 1 of its namespace, so
 everything it starts dies with it, and the worker that forked it is outside
@@ -54,7 +59,7 @@ MAX_EVENT_BYTES = 4 << 20  # what the worker reads of one job's event pipe
 MAX_ERRORS = 20  # the errors of cells other than tests that a job's summary keeps (the first ones)
 
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-_CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 4, 24
@@ -140,7 +145,8 @@ def _enter_namespaces() -> None:
     namespaces owned by it. The next fork is PID 1 of the new PID namespace."""
     uid, gid = os.geteuid(), os.getegid()
     _LIBC.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # the worker is not dumpable; its job may be (to map its own ids)
-    _check(_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+    _check(_LIBC.unshare(_CLONE_NEWUSER | _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNET),
+           "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
         with open(f"/proc/self/{name}", "w") as handle:
             handle.write(text)
@@ -485,16 +491,57 @@ def _kill(runner: int, first: int) -> None:
             pass
 
 
-def main(argv: list[str]) -> int:
+def _channels(argv: list[str]) -> list[tuple[int, int]]:
+    """The (read, write) descriptors of the workers this process is to start, after ``--channels``: the first is
+    always stdin and stdout, the others were inherited from the grader (``R:W,R:W``)."""
+    extra = argv[argv.index("--channels") + 1] if "--channels" in argv else ""
+    return [(0, 1)] + [(int(r), int(w)) for r, w in (pair.split(":") for pair in extra.split(",") if pair)]
+
+
+def _split(channels: list[tuple[int, int]], argv: list[str]) -> None:
+    """Fork one worker per channel, each then serving its own on its stdin and stdout, and wait for them all.
+
+    The warm-up is paid once for all of them: each is a copy of this warm process (its memory shared until
+    written). They share this sandbox, as the jobs of one worker always did, one after another; each job has its
+    own namespaces (network included), so two running at once see nothing of each other. This process keeps no
+    channel: a worker whose channel the grader closes ends, and the others go on."""
+    children = []
+    for k, (read, write) in enumerate(channels):
+        child = os.fork()
+        if child == 0:
+            try:
+                os.dup2(read, 0)
+                os.dup2(write, 1)
+                for fd in {fd for pair in channels for fd in pair} - {0, 1}:
+                    os.close(fd)
+                status = _serve(argv, k)
+            except BaseException:  # noqa: BLE001 - a worker that fails says why on stderr and ends alone
+                import traceback
+
+                traceback.print_exc()
+                status = 70
+            finally:
+                sys.stdout.flush()
+            os._exit(status)
+        children.append(child)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in {fd for pair in channels for fd in pair}:
+        os.dup2(null, fd) if fd in (0, 1) else os.close(fd)
+    for child in children:
+        os.waitpid(child, 0)
+
+
+_STATE: dict = {}
+
+
+def _serve(argv: list[str], index: int = 0) -> int:
+    """One worker's life on stdin and stdout, after the warm-up (in ``_STATE``): the ready line, then jobs."""
     isolate = "--isolate" in argv
-    state = warm()
-    refused = nested_refusal() if isolate else None
-    if isolate or "--sandboxed" in argv:
-        _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no job can trace this worker or read its memory
+    state = _STATE
     import threading
 
-    ready = {"ready": True, "threads": threading.active_count(), "nested_refused": refused,
-             **{key: state[key] for key in ("timings", "failures", "ids", "reachable")}}
+    ready = {"ready": True, "threads": threading.active_count(), "nested_refused": state["refused"],
+             "index": index, **{key: state[key] for key in ("timings", "failures", "ids", "reachable")}}
     sys.stdout.write(json.dumps(ready) + "\n")
     sys.stdout.flush()
     for line in sys.stdin:
@@ -505,6 +552,19 @@ def main(argv: list[str]) -> int:
         sys.stdout.flush()
         if job.get("dynamo") and "torch._dynamo" not in sys.modules:
             warm_optimizers()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    isolate = "--isolate" in argv
+    channels = _channels(argv)
+    _STATE.update(warm())
+    _STATE["refused"] = nested_refusal() if isolate else None
+    if isolate or "--sandboxed" in argv:
+        _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no job can trace a worker or read its memory (forks keep it)
+    if len(channels) == 1:
+        return _serve(argv)
+    _split(channels, argv)
     return 0
 
 

@@ -174,7 +174,8 @@ def problem() -> str | None:
     if shutil.which("bwrap") is None:
         return "bubblewrap (`bwrap`) is not installed; on Debian or Ubuntu: apt-get install bubblewrap"
     with tempfile.TemporaryDirectory() as tmp:
-        bundle, workspace = build_bundle(Path(tmp) / "bundle"), Path(tmp) / "work"
+        bundle, workspace = Path(tmp) / "bundle", Path(tmp) / "work"  # the trial needs neither the bundle's files
+        bundle.mkdir()  # nor the checks' index, which would import torch and every check here
         workspace.mkdir()
         probe = [sys.executable, "-c", "import os; print(os.getpid())"]
         result = run(probe, bundle, workspace, Limits(wall_seconds=60))
@@ -254,23 +255,61 @@ class Execution:
     worker_died: bool = False  # the worker, not the notebook, failed: the grader runs it again on a fresh one
 
 
+class _Shared:
+    """The process (bubblewrap and the warm runner in it) that a worker and its siblings share, and its folders:
+    it ends when the last of them is closed, or at once with :meth:`end`."""
+
+    def __init__(self, process: subprocess.Popen, jobs: Path, stderr, users: int) -> None:
+        self.process, self.jobs, self.stderr, self.users = process, jobs, stderr, users
+        self._lock = threading.Lock()
+
+    def leave(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            self.end()
+
+    def end(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        _remove(self.jobs)
+
+
 class Worker:
     """One warm ``python -m autograder.runner`` (in its own bubblewrap sandbox unless ``use_sandbox`` is False),
     which runs the notebooks it is given one at a time, each in a fresh fork (see :mod:`autograder.runner`).
 
     ``single``: the fallback where the platform refuses namespaces inside the sandbox: the worker runs one
     notebook, its folder bound at /submission by bubblewrap, without namespaces of its own, and is then closed
-    (:func:`worker` does)."""
+    (:func:`worker` does).
+
+    ``siblings``: that many more workers forked from the same warm process after its start-up (in ``siblings``,
+    each on a pipe of its own), so that a class graded several at a time pays for one start-up. They share its
+    sandbox, as one worker's notebooks always did one after another; each notebook has its own namespaces."""
 
     def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False,
-                 wait: bool = True) -> None:
+                 wait: bool = True, siblings: int = 0) -> None:
         self._started = time.perf_counter()
         self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
-        self.count = 0
+        self.count, self.index, self._closed = 0, 0, False
+        self.start_timings: dict[str, float] = {}  # when it is ready (wait_ready)
         self.single = single and use_sandbox
+        siblings = 0 if self.single else siblings
         self.stderr = tempfile.TemporaryFile()
         mode = ["--sandboxed"] if self.single else ["--isolate"] if use_sandbox else []
-        argv = [sys.executable, "-m", "autograder.runner", *mode]
+        pipes = [(os.pipe(), os.pipe()) for _ in range(siblings)]  # ((to it: r, w), (from it: r, w)) each
+        theirs = [fd for (to_r, _), (_, from_w) in pipes for fd in (to_r, from_w)]
+        channels = ["--channels", ",".join(f"{to_r}:{from_w}" for (to_r, _), (_, from_w) in pipes)] if pipes else []
+        argv = [sys.executable, "-m", "autograder.runner", *mode, *channels]
         env = {"AUTOGRADER_OBSERVATIONS": f"{WORK_MOUNT}/observations.jsonl" if use_sandbox else
                "observations.jsonl", "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython"}
         if use_sandbox:
@@ -284,12 +323,30 @@ class Worker:
             full = argv
             host_env = {**os.environ, **env, "PYTHONPATH": str(bundle), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
                         "HOME": str(self.jobs), "IPYTHONDIR": str(self.jobs / ".ipython")}
-        self.process = subprocess.Popen(full, cwd=self.jobs, env=host_env, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True,
-                                        preexec_fn=lambda: _apply_limits(limits))
-        self._buffer = b""
+        try:
+            self.process = subprocess.Popen(full, cwd=self.jobs, env=host_env, stdin=subprocess.PIPE,
+                                            stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True,
+                                            pass_fds=theirs, preexec_fn=lambda: _apply_limits(limits))
+        except OSError:
+            for fd in [fd for pair in pipes for end in pair for fd in end]:
+                os.close(fd)
+            raise
+        for fd in theirs:
+            os.close(fd)
+        self._shared = _Shared(self.process, self.jobs, self.stderr, 1 + siblings)
+        self._in, self._out, self._buffer = self.process.stdin, self.process.stdout.fileno(), b""
+        #: the workers forked from the same start-up (see the class's docstring), not yet ready
+        self.siblings = [self._sibling(k + 1, to_w, from_r) for k, ((_, to_w), (from_r, _)) in enumerate(pipes)]
         if wait:
             self.wait_ready()
+
+    def _sibling(self, index: int, to_it: int, from_it: int) -> Worker:
+        other = object.__new__(Worker)
+        other._started, other.jobs, other.count, other.index, other._closed = self._started, self.jobs, 0, index, False
+        other.single, other.stderr, other.process, other._shared = False, self.stderr, self.process, self._shared
+        other.start_timings = {}
+        other._in, other._out, other._buffer, other.siblings = os.fdopen(to_it, "wb"), from_it, b"", []
+        return other
 
     def wait_ready(self) -> None:
         """Wait for the worker's ready line (the constructor does, unless told not to); raise WorkerFailed if it
@@ -311,33 +368,38 @@ class Worker:
             ready.get("nested_refused"), str) else None
         warm = {k: float(v) for k, v in (ready.get("timings") or {}).items() if isinstance(v, (int, float))}
         total = time.perf_counter() - self._started
-        #: its start-up: in all, importing torch, importing the rest; other_s is bubblewrap and Python itself
-        self.start_timings = {"start_s": total, **warm, "other_s": total - sum(warm.values())}
+        #: its start-up: in all, importing torch, importing the rest; other_s is bubblewrap and Python itself. A
+        #: sibling's start-up is its first worker's: it records only when it was ready, and that it shared it.
+        self.start_timings = ({"start_s": total, **warm, "other_s": total - sum(warm.values())} if self.index == 0
+                              else {"start_s": total, "shared": 1.0})
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return not self._closed and self.process.poll() is None
 
     def run(self, notebook: dict, limits: Limits) -> Execution:
         """Run ``notebook`` (the assembled notebook, as JSON) in a fresh fork; never raises on its failure."""
         self.count += 1
-        folder = self.jobs / str(self.count)
+        name = str(self.count) if self.index == 0 else f"{self.index}-{self.count}"  # siblings share the folder
+        folder = self.jobs / name
         folder.mkdir(exist_ok=self.single)
         (folder / "assembled.ipynb").write_text(json.dumps(notebook), encoding="utf-8")
         seen_as = WORK_MOUNT if self.single else str(folder)  # where the runner finds it, if not in namespaces
-        job = {"id": str(self.count), "folder": seen_as, "cell_seconds": limits.cell_seconds,
+        job = {"id": name, "folder": seen_as, "cell_seconds": limits.cell_seconds,
                "wall_seconds": limits.wall_seconds, "memory_bytes": limits.memory_bytes,
                "file_bytes": limits.file_bytes, "processes": limits.processes,
                "workspace_bytes": limits.workspace_bytes}
         timings: dict[str, float] = {}
         try:
-            self.process.stdin.write((json.dumps(job) + "\n").encode())
-            self.process.stdin.flush()
+            self._in.write((json.dumps(job) + "\n").encode())
+            self._in.flush()
             reply = self._reply(time.monotonic() + limits.wall_seconds + REPLY_GRACE)
         except OSError:
             reply = None
         if not isinstance(reply, dict) or not isinstance(reply.get("summary"), dict):
             late = self.alive  # alive but silent past the wall clock: it did not enforce the limit
+            if late:  # nothing it is told reaches it now: its whole sandbox goes (its siblings' notebooks are
+                self._shared.end()  # graded again on a fresh worker, as after any worker's death)
             self.close()
             _remove(folder)
             return Execution(None, b"", late, None, self._stderr_tail(), timings, worker_died=not late)
@@ -350,7 +412,7 @@ class Worker:
 
     def _reply(self, deadline: float) -> dict | None:
         """The worker's next JSON line, or None at EOF or past ``deadline``."""
-        fd = self.process.stdout.fileno()
+        fd = self._out
         while b"\n" not in self._buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -372,17 +434,17 @@ class Worker:
         return self.stderr.read().decode("utf-8", "replace").strip()
 
     def close(self) -> None:
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
-        for stream in (self.process.stdin, self.process.stdout):
+        """End this worker: its pipe closes, so it stops once idle; the sandbox goes with the last of its siblings."""
+        if self._closed:
+            return
+        self._closed = True
+        closing = [self._in.close] + ([lambda: os.close(self._out)] if self.index else [])  # the first worker's
+        for close in closing:  # stdout is the process's, closed when the sandbox ends
             try:
-                stream.close()
+                close()
             except OSError:
                 pass
-        _remove(self.jobs)
+        self._shared.leave()
 
 
 def _read_capped(path: Path, limit: int) -> bytes:
@@ -425,17 +487,19 @@ _NESTED_REFUSED: list[str] = []
 _STARTING: dict[tuple, list[Worker]] = {}  # started by prestart, not yet asked whether they are ready
 
 
-def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True) -> None:
-    """Start a worker for these settings and return at once: it warms up (bubblewrap, Python, torch, the
-    checks) on another core while the caller goes on, and the first :func:`worker` for the same settings takes
-    it. A worker that fails to start is started again there, which then says why."""
+def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True, count: int = 1) -> None:
+    """Start ``count`` workers for these settings, forked from one start-up, and return at once: they warm up
+    (bubblewrap, Python, torch, the checks) on another core while the caller goes on, and the next :func:`worker`
+    calls for the same settings take them. A worker that fails to start is started again there, which then says
+    why."""
     try:
-        started = Worker(bundle, limits, use_sandbox, wait=False)
+        started = Worker(bundle, limits, use_sandbox, wait=False, siblings=max(0, count - 1))
     except OSError:
         return
     with _LOCK:
-        _ALL.append(started)
-        _STARTING.setdefault((str(bundle), limits, use_sandbox), []).append(started)
+        _ALL.extend([started, *started.siblings])
+        # popped from the end: the first worker first, whose ready line comes first
+        _STARTING.setdefault((str(bundle), limits, use_sandbox), []).extend([*reversed(started.siblings), started])
 
 
 def _prestarted(bundle: Path, limits: Limits, use_sandbox: bool) -> Worker | None:
@@ -482,11 +546,15 @@ def worker(bundle: Path, limits: Limits, use_sandbox: bool = True) -> Iterator[W
 def _start(bundle: Path, limits: Limits, use_sandbox: bool, refused: Worker | None = None) -> Worker:
     """A new worker, ready; ``refused``: one already started that found nested namespaces refused."""
     started = refused or Worker(bundle, limits, use_sandbox, single=bool(_NESTED_REFUSED))
-    if started.nested_refused:  # found out now: this one cannot isolate its notebooks
+    if started.nested_refused:  # found out now: this one cannot isolate its notebooks, nor can its siblings
         started.close()
         with _LOCK:
             first = not _NESTED_REFUSED
             _NESTED_REFUSED.append(started.nested_refused)
+            waiting = [each for group in _STARTING.values() for each in group]
+            _STARTING.clear()
+        for each in waiting:
+            each.close()
         started = Worker(bundle, limits, use_sandbox, single=True)
         if first:
             print(f"warning: this machine refuses namespaces inside the grading sandbox "
@@ -507,9 +575,9 @@ def nested_refused() -> str | None:
 
 
 def worker_starts() -> list[dict[str, float]]:
-    """The start-up timings of every worker this process started (see ``Worker.start_timings``)."""
+    """The start-up timings of every worker this process started and used (see ``Worker.start_timings``)."""
     with _LOCK:
-        return [each.start_timings for each in _ALL]
+        return [each.start_timings for each in _ALL if each.start_timings]
 
 
 @atexit.register

@@ -99,9 +99,10 @@ def phases(timings: dict, n: int) -> list[tuple[str, float]]:
     starts = timings["workers"]
     return [
         ("checks loaded, here and in the sandbox (once)", timings["load_s"] / n),
-        (f"{len(starts)} worker(s) started: bubblewrap and Python", sum(w["other_s"] for w in starts) / n),
-        ("  ... import torch", sum(w["torch_s"] for w in starts) / n),
-        ("  ... import IPython, matplotlib, the probes", sum(w["imports_s"] for w in starts) / n),
+        (f"{len(starts)} worker(s) from {sum('other_s' in w for w in starts)} start-up(s): bubblewrap and Python",
+         sum(w.get("other_s", 0.0) for w in starts) / n),
+        ("  ... import torch", sum(w.get("torch_s", 0.0) for w in starts) / n),
+        ("  ... import IPython, matplotlib, the probes", sum(w.get("imports_s", 0.0) for w in starts) / n),
         ("assemble the notebook", mean("assemble_s")),
         ("fork, namespaces and mounts", mean("start_s")),
         ("run the cells", mean("cells_s")),

@@ -269,3 +269,62 @@ def test_without_nested_namespaces_each_notebook_gets_a_sandbox_of_its_own(setti
     assert _points(alone, honest, execution) == FULL
     left = subprocess.run(["pgrep", "-f", f"sleep {SLEEPER}"], capture_output=True, text=True).stdout.strip()
     assert not left, f"the first notebook's background process outlived it: {left}"
+
+
+#: Two notebooks at once on two workers forked from one start-up (so in one bubblewrap sandbox): the first binds an
+#: abstract Unix socket (scoped by network namespace) and waits for a caller; the second calls it again and again.
+LISTEN = """
+import json, socket, sys
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(b"\\0autograder-siblings")
+listener.listen(1)
+listener.settimeout(6)
+try:
+    listener.accept()
+    accepted = True
+except OSError:
+    accepted = False
+print("HEARD " + json.dumps({"bound": True, "accepted": accepted}), file=sys.stderr, flush=True)
+"""
+CALL = """
+import json, socket, sys, time
+reached, tries = False, 0
+end = time.monotonic() + 5
+while time.monotonic() < end and not reached:
+    tries += 1
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        caller.connect(b"\\0autograder-siblings")
+        reached = True
+    except OSError:
+        time.sleep(0.1)
+print("CALLED " + json.dumps({"reached": reached, "tries": tries}), file=sys.stderr, flush=True)
+"""
+
+
+def test_workers_forked_from_one_start_up_grade_at_once_and_see_nothing_of_each_other(settings) -> None:
+    """``prestart(count=2)``, as ``python -m autograder grade`` starts its ``--workers``: two workers forked from
+    one warm process, in one sandbox, after one start-up. Two notebooks run at the same time, one on each: the
+    first waits for a caller on an abstract Unix socket, the second tries to call it; each notebook has its own
+    network namespace, so no call arrives (in one namespace it would, within a tenth of a second). Closing one
+    worker leaves the other grading; the sandbox ends with the last."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    limits = sandbox.Limits(wall_seconds=122, cell_seconds=30)  # a pool of its own
+    sandbox.prestart(settings.bundle, limits, True, count=2)
+    with sandbox.worker(settings.bundle, limits) as first, sandbox.worker(settings.bundle, limits) as second:
+        assert first.process is second.process and {first.index, second.index} == {0, 1}
+        assert sorted(len(w.start_timings) for w in (first, second))[0] == 2, "the sibling shares the start-up"
+        with ThreadPoolExecutor(2) as pool:
+            heard = pool.submit(first.run, _assembled(LISTEN), limits)
+            called = pool.submit(second.run, _assembled(CALL), limits)
+            listener, caller = _line(heard.result().stderr, "HEARD"), _line(called.result().stderr, "CALLED")
+    assert listener == {"bound": True, "accepted": False} and caller["reached"] is False, (listener, caller)
+    assert caller["tries"] > 10, caller  # it kept calling while the other listened
+    second.close()
+    honest = _assembled()
+    execution = first.run(honest, limits)
+    assert _points(settings, honest, execution) == FULL, execution.stderr[-2000:]
+    assert first.alive and first.process.poll() is None
+    first.close()
+    assert first.process.wait(timeout=30) is not None, "the sandbox outlived its last worker"
