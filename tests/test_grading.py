@@ -658,6 +658,22 @@ def test_the_report_counts_each_student_once_and_no_shape_as_a_mistake(tmp_path)
         ("t0", "1"), ("t1", "1"), ("t2", "3")]
 
 
+@pytest.mark.parametrize(("scores", "maximum"), [([0, 3, 3, 10, 10, 7.5], 10), ([0, 0, 0], 0),
+                                                  ([27, 13.5, 0, 26, 1.35], 27), ([0.5, 1, 0.2], 1)])
+def test_the_report_s_histogram_bins_the_scores_as_numpy_does(scores, maximum, tmp_path) -> None:
+    """The score histogram is inline SVG (no plotting library in the grading process): its bins hold what
+    numpy.histogram puts in the same bins (the right edge in the last), each bar says its count, and the chart
+    says what it shows to a screen reader."""
+    import numpy as np
+
+    counts, width = reports._histogram(scores, maximum)
+    expected, edges = np.histogram(scores, bins=len(counts), range=(0, max(maximum, 1)))
+    assert counts == expected.tolist() and width == pytest.approx(edges[1] - edges[0])
+    svg = reports.histogram_svg(scores, maximum)
+    assert svg.startswith("<svg") and "role='img'" in svg and "<title>score histogram: " in svg
+    assert svg.count("<rect") == len(counts) and sum(counts) == len(scores)
+
+
 def test_nbgrader_export_sees_the_grades(graded, tmp_path) -> None:
     course = tmp_path / "course"
     course.mkdir()
