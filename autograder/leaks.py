@@ -71,18 +71,27 @@ def python_secrets(path: Path) -> set[str]:
 
 
 def all_secrets() -> set[str]:
-    """Secret lines, less any text the source notebooks deliberately publish outside their secret regions."""
+    """Secret lines, less any text the source notebooks deliberately publish outside their secret regions.
+    (Read again only when one of the files they come from has changed since the last call.)"""
+    notebooks = sorted((COURSE_ROOT / "source").rglob("*.ipynb"))
+    modules = sorted([*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py"),
+                      *(COURSE_ROOT / "judges").rglob("*.py")])
+    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [*notebooks, *modules])
+    return set(_secrets_of(tuple(notebooks), tuple(modules), stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _secrets_of(notebooks: tuple[Path, ...], modules: tuple[Path, ...], stamp: tuple) -> frozenset[str]:
     secrets: set[str] = set()
     public: set[str] = set()
-    for notebook in (COURSE_ROOT / "source").rglob("*.ipynb"):
+    for notebook in notebooks:
         hidden, shown = notebook_secrets(notebook)
         secrets |= hidden
         public |= shown
-    for module in [*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py"),
-                   *(COURSE_ROOT / "judges").rglob("*.py")]:
+    for module in modules:
         secrets |= python_secrets(module)
     published = "\n".join(public)  # a secret that is part of a published line (a signature, say) is not secret
-    return {line for line in secrets if line not in published}
+    return frozenset(line for line in secrets if line not in published)
 
 
 def visible_text(path: Path) -> str:
@@ -121,9 +130,27 @@ def _vendored(file: Path) -> bool:
     return reference.is_file() and reference.read_bytes() == file.read_bytes()
 
 
+_WORD = re.compile(r"\w+")
+
+
+def _inner_words(secret: str) -> frozenset[str]:
+    """The words (maximal runs of word characters) of ``secret`` with a character of the secret on each side.
+    Those characters are not word characters, so wherever the secret occurs in a text, each of these words occurs
+    there whole, as one of the text's words: a text that lacks one cannot hold the secret."""
+    return frozenset(m.group() for m in _WORD.finditer(secret) if m.start() > 0 and m.end() < len(secret))
+
+
 def scan(paths: Iterable[Path], secrets: set[str] | None = None) -> list[str]:
-    """Every (file, secret) that leaks, as readable lines; empty when nothing does."""
+    """Every (file, secret) that leaks, as readable lines; empty when nothing does.
+
+    A secret is searched for only in a text that has all its inner words (:func:`_inner_words`): that finds
+    exactly what searching for every secret in every text finds, in a fraction of the time."""
     secrets = all_secrets() if secrets is None else secrets
+    ordered = [*MARKERS, *secrets]
+    inner = [frozenset() if i < len(MARKERS) else _inner_words(s) for i, s in enumerate(ordered)]
+    always, by_word = [], {}  # positions in ordered: searched in every text, or only in one with its longest word
+    for position, words in enumerate(inner):
+        always.append(position) if not words else by_word.setdefault(max(words, key=len), []).append(position)
     found = []
     for root in paths:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
@@ -131,7 +158,7 @@ def scan(paths: Iterable[Path], secrets: set[str] | None = None) -> list[str]:
             if file.suffix not in TEXT_SUFFIXES or _vendored(file):
                 continue
             text = visible_text(file)
-            for secret in (*MARKERS, *secrets):
-                if secret in text:
-                    found.append(f"{file}: {secret}")
+            words = set(_WORD.findall(text))
+            candidates = always + [i for word in by_word.keys() & words for i in by_word[word] if inner[i] <= words]
+            found += [f"{file}: {ordered[i]}" for i in sorted(candidates) if ordered[i] in text]
     return found
