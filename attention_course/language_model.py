@@ -419,7 +419,7 @@ def train_lm(model: TorchGPT, corpus, *, steps: int, batch_size: int = 32, lengt
     decay = [p for p in model.parameters() if p.dim() >= 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                                    {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=lr, betas=(0.9, 0.95))
+                                  lr=lr, betas=(0.9, 0.95), foreach=True)  # on a CPU too: same numbers, less Python
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, 0.55 + 0.45 * math.cos(
         math.pi * min(s, steps) / steps)))
