@@ -154,9 +154,11 @@ def _warm_start(args: argparse.Namespace, scratch: Path, use_sandbox: bool) -> P
     this process imports torch and its own checks (about 3 s), not after them. (With ``--scheduler``, one: the
     cluster's workers grade the class.) Then the checks' index goes into the bundle, before any notebook runs."""
     from autograder import sandbox
+    from autograder.chapters import WARM_DYNAMO
 
     bundle = sandbox.build_bundle(scratch / "bundle", index=False)
-    sandbox.prestart(bundle, _limits(args), use_sandbox, count=1 if args.scheduler else max(1, args.workers))
+    sandbox.prestart(bundle, _limits(args), use_sandbox, count=1 if args.scheduler else max(1, args.workers),
+                     warm_dynamo=args.assignment in WARM_DYNAMO)
     _one_torch_thread_per_judge()
     sandbox.write_index(bundle)
     return bundle
@@ -402,10 +404,12 @@ def _selftest(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     started = time.monotonic()
     failed = 0
     with tempfile.TemporaryDirectory(prefix="autograder-selftest-") as scratch:
+        from autograder.chapters import WARM_DYNAMO
         from autograder.sandbox import build_bundle, prestart
 
         bundle = build_bundle(Path(scratch) / "bundle")  # one for all: the assignments then share warm workers
-        prestart(bundle, _limits(args), use_sandbox, count=max(1, args.workers))  # forked from one start-up
+        prestart(bundle, _limits(args), use_sandbox, count=max(1, args.workers),  # forked from one start-up
+                 warm_dynamo=bool(WARM_DYNAMO & set(chosen)))
         all_settings = [_settings(args, a, Path(scratch) / a, use_sandbox, bundle) for a in chosen]
         problems = grading.load_problems(all_settings[0])
         problems += [p for s in all_settings[1:] for p in grading.load_problems(s, sandbox_side=False)]

@@ -297,7 +297,7 @@ class Worker:
     sandbox, as one worker's notebooks always did one after another; each notebook has its own namespaces."""
 
     def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False,
-                 wait: bool = True, siblings: int = 0) -> None:
+                 wait: bool = True, siblings: int = 0, warm_dynamo: bool = True) -> None:
         self._started = time.perf_counter()
         self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
         self.count, self.index, self._closed = 0, 0, False
@@ -311,7 +311,8 @@ class Worker:
         channels = ["--channels", ",".join(f"{to_r}:{from_w}" for (to_r, _), (_, from_w) in pipes)] if pipes else []
         argv = [sys.executable, "-m", "autograder.runner", *mode, *channels]
         env = {"AUTOGRADER_OBSERVATIONS": f"{WORK_MOUNT}/observations.jsonl" if use_sandbox else
-               "observations.jsonl", "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython"}
+               "observations.jsonl", "HOME": "/tmp", "IPYTHONDIR": "/tmp/ipython",
+               "AUTOGRADER_WARM_DYNAMO": "1" if warm_dynamo else "0"}
         if use_sandbox:
             if self.single:  # its one notebook's folder, made now, is the sandbox's /submission
                 (self.jobs / "1").mkdir()
@@ -487,13 +488,14 @@ _NESTED_REFUSED: list[str] = []
 _STARTING: dict[tuple, list[Worker]] = {}  # started by prestart, not yet asked whether they are ready
 
 
-def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True, count: int = 1) -> None:
+def prestart(bundle: Path, limits: Limits, use_sandbox: bool = True, count: int = 1,
+             warm_dynamo: bool = True) -> None:
     """Start ``count`` workers for these settings, forked from one start-up, and return at once: they warm up
-    (bubblewrap, Python, torch, the checks) on another core while the caller goes on, and the next :func:`worker`
-    calls for the same settings take them. A worker that fails to start is started again there, which then says
-    why."""
+    (bubblewrap, Python, torch, the checks; ``torch._dynamo`` too unless ``warm_dynamo`` is False) on another core
+    while the caller goes on, and the next :func:`worker` calls for the same settings take them. A worker that
+    fails to start is started again there, which then says why."""
     try:
-        started = Worker(bundle, limits, use_sandbox, wait=False, siblings=max(0, count - 1))
+        started = Worker(bundle, limits, use_sandbox, wait=False, siblings=max(0, count - 1), warm_dynamo=warm_dynamo)
     except OSError:
         return
     with _LOCK:
