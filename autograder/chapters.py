@@ -110,10 +110,10 @@ CHAPTERS: tuple[Chapter, ...] = (
 
 
 #: The chapters whose instructor notebook, run as the grader runs it, imports ``torch._dynamo`` (through torch's
-#: meta kernels, which Chapters 2 to 6 use to check where results are made, or an optimiser's first step, Chapter 7's
-#: training cell): their grading workers import it once, while they warm up (about 2 s), instead of in every
-#: notebook. Measured on 2026-11-30 (``"torch._dynamo" in sys.modules`` after each notebook's cells, in-process): yes
-#: for Chapters 2 to 7, no for 1, 8 and 9. A stale entry costs time, never a grade.
+#: meta kernels, which Chapters 2 to 6 use to check where results are made, or a torch.optim optimiser, which
+#: Chapter 7's training cell makes): their grading workers import it once, while they warm up (about 2 s), instead
+#: of in every notebook. Measured on 2026-11-30 (``"torch._dynamo" in sys.modules`` after each notebook's cells,
+#: in-process): yes for Chapters 2 to 7, no for 1, 8 and 9. A stale entry costs time, never a grade.
 WARM_DYNAMO = frozenset({"02_causal_masking", "03_cross_attention", "04_multi_head", "05_positional_encoding",
                          "06_transformer", "07_gpt"})
 
