@@ -299,12 +299,12 @@ class Worker:
     def __init__(self, bundle: Path, limits: Limits, use_sandbox: bool = True, single: bool = False,
                  wait: bool = True, siblings: int = 0, warm_dynamo: bool = True) -> None:
         self._started = time.perf_counter()
-        self.jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
+        jobs = Path(tempfile.mkdtemp(prefix="autograder-jobs-"))
         self.count, self.index, self._closed = 0, 0, False
         self.start_timings: dict[str, float] = {}  # when it is ready (wait_ready)
         self.single = single and use_sandbox
         siblings = 0 if self.single else siblings
-        self.stderr = tempfile.TemporaryFile()
+        stderr = tempfile.TemporaryFile()
         mode = ["--sandboxed"] if self.single else ["--isolate"] if use_sandbox else []
         pipes = [(os.pipe(), os.pipe()) for _ in range(siblings)]  # ((to it: r, w), (from it: r, w)) each
         theirs = [fd for (to_r, _), (_, from_w) in pipes for fd in (to_r, from_w)]
@@ -315,27 +315,27 @@ class Worker:
                "AUTOGRADER_WARM_DYNAMO": "1" if warm_dynamo else "0"}
         if use_sandbox:
             if self.single:  # its one notebook's folder, made now, is the sandbox's /submission
-                (self.jobs / "1").mkdir()
-                binds = ["--bind", str(self.jobs / "1"), WORK_MOUNT, "--chdir", WORK_MOUNT]
+                (jobs / "1").mkdir()
+                binds = ["--bind", str(jobs / "1"), WORK_MOUNT, "--chdir", WORK_MOUNT]
             else:
-                binds = ["--bind", str(self.jobs), JOBS_MOUNT, "--dir", WORK_MOUNT, "--chdir", "/"]
-            full, host_env = command(argv, bundle, self.jobs, limits, binds, env), {"PATH": os.environ.get("PATH", "")}
+                binds = ["--bind", str(jobs), JOBS_MOUNT, "--dir", WORK_MOUNT, "--chdir", "/"]
+            full, host_env = command(argv, bundle, jobs, limits, binds, env), {"PATH": os.environ.get("PATH", "")}
         else:
             full = argv
             host_env = {**os.environ, **env, "PYTHONPATH": str(bundle), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1",
-                        "HOME": str(self.jobs), "IPYTHONDIR": str(self.jobs / ".ipython")}
+                        "HOME": str(jobs), "IPYTHONDIR": str(jobs / ".ipython")}
         try:
-            self.process = subprocess.Popen(full, cwd=self.jobs, env=host_env, stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=self.stderr, start_new_session=True,
-                                            pass_fds=theirs, preexec_fn=lambda: _apply_limits(limits))
+            process = subprocess.Popen(full, cwd=jobs, env=host_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=stderr, start_new_session=True, pass_fds=theirs,
+                                       preexec_fn=lambda: _apply_limits(limits))
         except OSError:
             for fd in [fd for pair in pipes for end in pair for fd in end]:
                 os.close(fd)
             raise
         for fd in theirs:
             os.close(fd)
-        self._shared = _Shared(self.process, self.jobs, self.stderr, 1 + siblings)
-        self._in, self._out, self._buffer = self.process.stdin, self.process.stdout.fileno(), b""
+        self._shared = _Shared(process, jobs, stderr, 1 + siblings)
+        self._in, self._out, self._buffer = process.stdin, process.stdout.fileno(), b""
         #: the workers forked from the same start-up (see the class's docstring), not yet ready
         self.siblings = [self._sibling(k + 1, to_w, from_r) for k, ((_, to_w), (from_r, _)) in enumerate(pipes)]
         if wait:
@@ -343,11 +343,15 @@ class Worker:
 
     def _sibling(self, index: int, to_it: int, from_it: int) -> Worker:
         other = object.__new__(Worker)
-        other._started, other.jobs, other.count, other.index, other._closed = self._started, self.jobs, 0, index, False
-        other.single, other.stderr, other.process, other._shared = False, self.stderr, self.process, self._shared
-        other.start_timings = {}
-        other._in, other._out, other._buffer, other.siblings = os.fdopen(to_it, "wb"), from_it, b"", []
+        other._started, other._shared, other.single, other.siblings = self._started, self._shared, False, []
+        other.count, other.index, other._closed, other.start_timings = 0, index, False, {}
+        other._in, other._out, other._buffer = os.fdopen(to_it, "wb"), from_it, b""
         return other
+
+    # what a worker shares with its siblings
+    process = property(lambda self: self._shared.process)  # bubblewrap (or, unsandboxed, the runner)
+    jobs = property(lambda self: self._shared.jobs)  # the notebooks' folders, one a job
+    stderr = property(lambda self: self._shared.stderr)
 
     def wait_ready(self) -> None:
         """Wait for the worker's ready line (the constructor does, unless told not to); raise WorkerFailed if it
