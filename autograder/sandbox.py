@@ -433,10 +433,10 @@ class Worker:
             return None
 
     def _stderr_tail(self) -> str:
-        self.stderr.seek(0, os.SEEK_END)
-        size = self.stderr.tell()
-        self.stderr.seek(max(0, size - MAX_STDERR_TAIL))
-        return self.stderr.read().decode("utf-8", "replace").strip()
+        # pread, not seek and read: sibling workers in other threads read the same file
+        fd = self.stderr.fileno()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, MAX_STDERR_TAIL, max(0, size - MAX_STDERR_TAIL)).decode("utf-8", "replace").strip()
 
     def close(self) -> None:
         """End this worker: its pipe closes, so it stops once idle; the sandbox goes with the last of its siblings."""
