@@ -76,7 +76,7 @@ def all_secrets() -> set[str]:
     notebooks = sorted((COURSE_ROOT / "source").rglob("*.ipynb"))
     modules = sorted([*(REPO_ROOT / "solutions").rglob("*.py"), *(COURSE_ROOT / "checks").rglob("*.py"),
                       *(COURSE_ROOT / "judges").rglob("*.py")])
-    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in [*notebooks, *modules])
+    stamp = tuple((str(p), st.st_mtime_ns, st.st_size) for p in [*notebooks, *modules] for st in [p.stat()])
     return set(_secrets_of(tuple(notebooks), tuple(modules), stamp))
 
 
