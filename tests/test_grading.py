@@ -660,7 +660,7 @@ def test_the_report_counts_each_student_once_and_no_shape_as_a_mistake(tmp_path)
 
 @pytest.mark.parametrize(("scores", "maximum"), [([0, 3, 3, 10, 10, 7.5], 10), ([0, 0, 0], 0),
                                                   ([27, 13.5, 0, 26, 1.35], 27), ([0.5, 1, 0.2], 1)])
-def test_the_report_s_histogram_bins_the_scores_as_numpy_does(scores, maximum, tmp_path) -> None:
+def test_the_report_s_histogram_bins_the_scores_as_numpy_does(scores, maximum) -> None:
     """The score histogram is inline SVG (no plotting library in the grading process): its bins hold what
     numpy.histogram puts in the same bins (the right edge in the last), each bar says its count, and the chart
     says what it shows to a screen reader."""
