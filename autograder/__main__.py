@@ -29,15 +29,15 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograder.release import COURSE_ROOT, NOTEBOOKS, assignments, generate_release
+from autograder.release import COURSE_ROOT, NOTEBOOKS, assignments, generate_releases
 
 
 def _notebooks(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    for assignment in args.assignments or assignments():
-        try:
-            target = generate_release(assignment, args.out)
-        except ValueError as err:
-            parser.error(str(err))
+    try:
+        targets = generate_releases(args.assignments or assignments(), args.out)
+    except ValueError as err:
+        parser.error(str(err))
+    for assignment, target in targets.items():
         print(f"student notebook of {assignment} -> {target}")
     return 0
 
