@@ -110,6 +110,7 @@ for assignment in sys.argv[1:]:
 def generate_releases(assignment_ids: list[str], out_root: Path = NOTEBOOKS) -> dict[str, Path]:
     """Write the student version of each assignment to ``out_root/<assignment>``, all in one nbgrader process;
     return {assignment: its folder}. An unknown assignment is refused before anything is written."""
+    assignment_ids = list(dict.fromkeys(assignment_ids))  # each once, in the order given
     with tempfile.TemporaryDirectory() as tmp:
         course = make_course_copy(Path(tmp) / "course", assignment_ids)
         run = subprocess.run([sys.executable, "-c", GENERATE_ALL, *assignment_ids], cwd=course, env=nbgrader_env(),
