@@ -283,6 +283,11 @@ def test_a_learner_runs_the_exercises_in_jupyterlab_and_validates(tmp_path) -> N
                                   "document.querySelector('[data-command=\"notebook:restart-run-all\"]')")
             assert ready, "JupyterLab did not open the notebook:\n" + driver.execute_script(
                 "return document.body.innerText")[:2000]
+            # as a learner would, wait for the toolbar's "Kernel status: Idle": a restart asked for while the kernel
+            # is still starting raced its first connection, and once in about 15 runs left every cell queued ([*])
+            idle = _wait(driver, "const s = document.querySelector('.jp-Notebook-ExecutionIndicator'); "
+                                 "return s && s.dataset.status === 'idle'")
+            assert idle, "the notebook's kernel never became idle:\n" + (tmp_path / "jupyter.log").read_text()[-3000:]
             driver.find_element(By.CSS_SELECTOR, '[data-command="notebook:restart-run-all"]').click()
             restart = _wait(driver, "return Array.from(document.querySelectorAll('.jp-Dialog button'))"
                                     ".find(b => b.innerText.trim() == 'Restart')", 30)
