@@ -41,13 +41,18 @@ def _cells_as_json(nb_path) -> list[dict]:
     return json.loads(nb_path.read_text())["cells"]
 
 
+def _collected(request, test: str) -> list[str]:
+    """The assignments whose case of the parametrized ``test`` was collected (all of them if none was)."""
+    return sorted({item.callspec.params["assignment"] for item in request.session.items
+                   if getattr(item, "originalname", "") == test}) or ALL
+
+
 @pytest.fixture(scope="module")
 def fresh_releases(request, tmp_path_factory) -> dict:
     """The student notebooks generated afresh, as `make notebooks` does (one nbgrader process), of the chapters whose
     test was collected (``-k 05_positional_encoding`` generates one)."""
-    wanted = sorted({item.callspec.params["assignment"] for item in request.session.items
-                     if getattr(item, "originalname", "") == "test_committed_release_is_current"}) or ALL
-    return generate_releases(wanted, tmp_path_factory.mktemp("release"))
+    return generate_releases(_collected(request, "test_committed_release_is_current"),
+                             tmp_path_factory.mktemp("release"))
 
 
 @pytest.mark.parametrize("assignment", ALL)
@@ -195,9 +200,7 @@ def validated(request, tmp_path_factory) -> dict[str, str]:
     validated here: test_catalogue grades it in every chapter's class sample, through the class grader, and finds
     it zero, so `nbgrader validate --invert` of the nine releases, a second run of each, proved nothing more."""
     cwd = tmp_path_factory.mktemp("validate")
-    wanted = sorted({item.callspec.params["assignment"] for item in request.session.items
-                     if getattr(item, "originalname", "") == "test_nbgrader_validate"}) or ALL
-    notebooks = {a: source_notebook(a) for a in wanted}
+    notebooks = {a: source_notebook(a) for a in _collected(request, "test_nbgrader_validate")}
     # one stream, unbuffered, so each notebook's verdict stays in its own section
     run = subprocess.run([sys.executable, "-m", "nbgrader", "validate", *map(str, notebooks.values())],
                          cwd=cwd, env={**nbgrader_env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
